@@ -1,0 +1,341 @@
+"""The ``memoryd`` command: a thin click shell over the client and the daemon."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from memoryd import __version__
+from memoryd.config import Config, load_config, render_defaults
+from memoryd.errors import MemorydError
+
+EXIT_OK, EXIT_DEGRADED, EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_DENIED = 0, 1, 2, 3, 4
+
+
+def _load(config: str | None, socket: str | None) -> Config:
+    try:
+        return load_config(config, socket=socket)
+    except MemorydError as exc:
+        raise click.ClickException(exc.message) from exc
+
+
+def client_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--socket, --config and --json, shared by every client command."""
+
+    @click.option("--socket", "socket_path", type=click.Path(dir_okay=False), default=None,
+                  help="Agent socket path (default: $MEMORYD_SOCKET, then the runtime dir).")
+    @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+                  help="Config file (default: $MEMORYD_CONFIG, then the platform config dir).")
+    @click.option("--json", "as_json", is_flag=True, help="Print the method's result as JSON.")
+    @functools.wraps(fn)
+    def wrapper(*args: Any, socket_path: str | None, config_path: str | None, as_json: bool,
+                **kwargs: Any) -> Any:
+        cfg = _load(config_path, socket_path)
+        return fn(*args, cfg=cfg, as_json=as_json, **kwargs)
+
+    return wrapper
+
+
+def owner_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The owner fields, each with an environment variable."""
+    for name, env in reversed((("agent-id", "MEMORYD_AGENT_ID"), ("user-id", "MEMORYD_USER_ID"),
+                               ("project", "MEMORYD_PROJECT"), ("session-id", "MEMORYD_SESSION_ID"))):
+        fn = click.option(f"--{name}", envvar=env, default=None, show_envvar=True,
+                          help=f"Owner field {name.replace('-', '_')}.")(fn)
+    return fn
+
+
+def _call(cfg: Config, method: str, params: dict[str, Any], admin: bool = False) -> Any:
+    from memoryd.service.client import AccessDenied, Client, ClientError, NotRunning
+
+    path = cfg.admin_socket() if admin else cfg.resolved_socket()
+    try:
+        with Client(path) as client:
+            return client.call(method, params)
+    except NotRunning as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(EXIT_NOT_RUNNING)
+    except AccessDenied as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(EXIT_DENIED)
+    except ClientError as exc:
+        field = f" [field: {exc.data['field']}]" if exc.data.get("field") else ""
+        click.echo(f"Error {exc.code}: {exc.message}{field}", err=True)
+        sys.exit(EXIT_ERROR)
+
+
+def _print_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, ensure_ascii=False))
+
+
+def _owners(agent_id: str | None, user_id: str | None, project: str | None,
+            session_id: str | None) -> dict[str, str]:
+    values = {"agent_id": agent_id, "user_id": user_id, "project": project, "session_id": session_id}
+    return {k: v for k, v in values.items() if v}
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="memoryd")
+def main() -> None:
+    """memoryd: local-first memory for AI coding agents.
+
+    \b
+    Example:
+      memoryd run &
+      memoryd write --agent-id demo "The staging DB is Postgres 15 on db1:5432"
+      memoryd search --agent-id demo "which database does staging use"
+      memoryd status
+    """
+
+
+@main.command()
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Data directory (env MEMORYD_DATA_DIR).")
+@click.option("--db-url", default=None, help="Store URL (env MEMORYD_DB_URL).")
+@click.option("--socket", "socket_path", type=click.Path(dir_okay=False), default=None,
+              help="Agent socket path (env MEMORYD_SOCKET).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="Config file (env MEMORYD_CONFIG).")
+@click.option("--embedder", default=None, help="none | bundled | PATH (env MEMORYD_EMBEDDER).")
+@click.option("--llm", default=None, help="none | bundled | PATH (env MEMORYD_LLM).")
+@click.option("--log-level", default=None, help="debug | info | warning | error.")
+@click.option("--log-format", default=None, help="json | console | auto.")
+def run(data_dir: str | None, db_url: str | None, socket_path: str | None, config_path: str | None,
+        embedder: str | None, llm: str | None, log_level: str | None, log_format: str | None) -> None:
+    """Run the daemon in the foreground until SIGTERM or Ctrl-C.
+
+    \b
+    Example:
+      memoryd run --data-dir ~/.local/share/memoryd --embedder bundled
+    """
+    from memoryd.daemon.app import Daemon
+    from memoryd.log import configure_logging
+
+    try:
+        cfg = load_config(config_path, data_dir=data_dir, db_url=db_url, socket=socket_path,
+                          embedder=embedder, llm=llm, log_level=log_level, log_format=log_format)
+    except MemorydError as exc:
+        click.echo(f"Error: {exc.message}", err=True)
+        sys.exit(EXIT_ERROR)
+    configure_logging(cfg.log_level, cfg.log_format)
+    try:
+        code = Daemon(cfg).run()
+    except MemorydError as exc:
+        import structlog
+
+        structlog.get_logger("memoryd").error("daemon.refused", error=exc.message)
+        click.echo(f"Error: {exc.message}", err=True)
+        sys.exit(EXIT_ERROR)
+    sys.exit(code)
+
+
+def _status_exit(status: dict[str, Any]) -> int:
+    return EXIT_DEGRADED if status.get("health") == "degraded" else EXIT_OK
+
+
+@main.command()
+@client_options
+@click.option("--watch", is_flag=True, help="Refresh a live view every second until Ctrl-C.")
+def status(cfg: Config, as_json: bool, watch: bool) -> None:
+    """Show the daemon's health, queues, passes and models.
+
+    Exit code: 0 healthy, 1 degraded, 3 not running, 4 access denied.
+
+    \b
+    Example:
+      memoryd status --json | jq .queues
+    """
+    from memoryd import statusview
+
+    if watch and not as_json:
+        statusview.watch(lambda: _call(cfg, "daemon.status", {}))
+        return
+    result = _call(cfg, "daemon.status", {})
+    if as_json:
+        _print_json(result)
+    else:
+        statusview.print_status(result)
+    sys.exit(_status_exit(result))
+
+
+@main.command()
+@client_options
+@owner_options
+@click.argument("content")
+@click.option("--kind", default="auto", show_default=True, help="Memory kind, or auto.")
+@click.option("--scope", default="agent", show_default=True,
+              type=click.Choice(["agent", "user", "session", "project", "org"]))
+@click.option("--importance", type=float, default=None, help="0..1 (default 0.5).")
+@click.option("--metadata", default=None, help="A JSON object.")
+@click.option("--ttl", "ttl_s", type=float, default=None, help="Expire after this many seconds.")
+@click.option("--idempotency-key", default=None, help="Retries with this key write once.")
+def write(cfg: Config, as_json: bool, content: str, kind: str, scope: str,
+          importance: float | None, metadata: str | None, ttl_s: float | None,
+          idempotency_key: str | None, **owners: str | None) -> None:
+    """Write a memory (CONTENT, or - to read it from stdin).
+
+    \b
+    Example:
+      memoryd write --agent-id demo "Run tests with make test"
+      git log -1 --format=%B | memoryd write --project api --scope project -
+    """
+    if content == "-":
+        content = sys.stdin.read()
+    params: dict[str, Any] = {"content": content, "kind": kind, "scope": scope, **_owners(**owners)}
+    if importance is not None:
+        params["importance"] = importance
+    if metadata:
+        try:
+            params["metadata"] = json.loads(metadata)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--metadata") from exc
+    if ttl_s is not None:
+        params["ttl_s"] = ttl_s
+    if idempotency_key:
+        params["idempotency_key"] = idempotency_key
+    result = _call(cfg, "memory.write", params)
+    if as_json:
+        _print_json(result)
+    elif result.get("duplicate_of"):
+        click.echo(f"{result['id']} (duplicate of an existing memory; nothing written)")
+    else:
+        click.echo(f"{result['id']} queued: {', '.join(result['queued']) or '-'}")
+
+
+@main.command()
+@client_options
+@click.argument("memory_id")
+@click.option("--include", multiple=True, type=click.Choice(["history", "citations", "links"]),
+              help="Extra sections (repeatable).")
+def get(cfg: Config, as_json: bool, memory_id: str, include: tuple[str, ...]) -> None:
+    """Show one memory by id.
+
+    \b
+    Example:
+      memoryd get mem_01JD3Z8W6KQ2V7N4X9R5T1Y0AB --include history
+    """
+    result = _call(cfg, "memory.get", {"id": memory_id, "include": list(include)})
+    if as_json:
+        _print_json(result)
+        return
+    from memoryd import statusview
+
+    statusview.print_memory(result)
+
+
+@main.command()
+@client_options
+@owner_options
+@click.argument("query")
+@click.option("-k", "k", type=int, default=10, show_default=True, help="Results wanted (1..100).")
+@click.option("--scope", default=None, type=click.Choice(["agent", "user", "session", "project", "org"]))
+@click.option("--kind", default=None, help="Only this kind.")
+@click.option("--mode", default="hybrid", show_default=True,
+              type=click.Choice(["hybrid", "lexical", "vector"]))
+@click.option("--as-of", default=None, help="What the store believed at this RFC 3339 time.")
+@click.option("--valid-at", default=None, help="Only memories valid at this RFC 3339 time.")
+@click.option("--include-candidates", is_flag=True, help="Include unpromoted derived memories.")
+def search(cfg: Config, as_json: bool, query: str, k: int, scope: str | None, kind: str | None,
+           mode: str, as_of: str | None, valid_at: str | None, include_candidates: bool,
+           **owners: str | None) -> None:
+    """Search memories visible to the given owner fields.
+
+    \b
+    Example:
+      memoryd search --agent-id demo "how do I run the tests"
+    """
+    params: dict[str, Any] = {"query": query, "k": k, "mode": mode, **_owners(**owners)}
+    for name, value in (("scope", scope), ("kind", kind), ("as_of", as_of), ("valid_at", valid_at)):
+        if value:
+            params[name] = value
+    if include_candidates:
+        params["include_candidates"] = True
+    result = _call(cfg, "memory.search", params)
+    if as_json:
+        _print_json(result)
+        return
+    from memoryd import statusview
+
+    statusview.print_search(result)
+
+
+@main.group()
+def queue() -> None:
+    """Inspect and revive jobs (operator socket)."""
+
+
+@queue.command("list")
+@client_options
+@click.option("--state", type=click.Choice(["ready", "failed", "leased", "done", "dead"]), default=None)
+@click.option("--pass", "pass_name", default=None, help="Only this pass.")
+@click.option("--limit", type=int, default=50, show_default=True)
+def queue_list(cfg: Config, as_json: bool, state: str | None, pass_name: str | None,
+               limit: int) -> None:
+    """List jobs, newest first.
+
+    \b
+    Example:
+      memoryd queue list --state dead
+    """
+    params: dict[str, Any] = {"limit": limit}
+    if state:
+        params["state"] = state
+    if pass_name:
+        params["pass"] = pass_name
+    result = _call(cfg, "queue.list", params, admin=True)
+    if as_json:
+        _print_json(result)
+        return
+    from memoryd import statusview
+
+    statusview.print_jobs(result["jobs"])
+
+
+@queue.command("retry")
+@client_options
+@click.argument("job_ids", nargs=-1, type=int)
+@click.option("--pass", "pass_name", default=None, help="Revive the dead jobs of this pass.")
+@click.option("--all", "all_dead", is_flag=True, help="Revive every dead job.")
+def queue_retry(cfg: Config, as_json: bool, job_ids: tuple[int, ...], pass_name: str | None,
+                all_dead: bool) -> None:
+    """Revive dead jobs with fresh attempts.
+
+    \b
+    Example:
+      memoryd queue retry --all
+    """
+    if not job_ids and not pass_name and not all_dead:
+        raise click.UsageError("name job ids, --pass NAME, or --all")
+    params: dict[str, Any] = {"ids": list(job_ids)}
+    if pass_name:
+        params["pass"] = pass_name
+    if all_dead:
+        params["all"] = True
+    result = _call(cfg, "queue.retry", params, admin=True)
+    if as_json:
+        _print_json(result)
+    else:
+        click.echo(f"revived {result['revived']} job(s)")
+
+
+@main.command("config")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="Show the effective values of this file instead of the defaults.")
+@click.option("--json", "as_json", is_flag=True, help="Print the effective configuration as JSON.")
+def config_cmd(config_path: str | None, as_json: bool) -> None:
+    """Print every configuration key with its default, as a commented TOML file.
+
+    \b
+    Example:
+      memoryd config > ~/.config/memoryd/config.toml
+    """
+    if as_json or config_path:
+        cfg = _load(config_path, None)
+        _print_json(cfg.as_dict())
+    else:
+        click.echo(render_defaults())

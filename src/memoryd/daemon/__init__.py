@@ -1,0 +1,1 @@
+"""The daemon: process lifecycle, the pass runner and its schedules."""

@@ -1,0 +1,173 @@
+"""The daemon's life: lock, store, runner, schedules, sockets, signals, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import signal
+import time
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+import structlog
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import Engine
+
+from memoryd import __version__
+from memoryd.clock import utcnow
+from memoryd.config import Config
+from memoryd.daemon import status as status_mod
+from memoryd.daemon.lock import DataDirLock
+from memoryd.daemon.runner import PassRunner
+from memoryd.models.embedder import Embedder
+from memoryd.passes.base import PassContext
+from memoryd.passes.registry import build_passes, write_passes
+from memoryd.queue import jobs as jobq
+from memoryd.service.committer import GroupCommitter
+from memoryd.service.handlers import Dispatcher
+from memoryd.service.server import SocketServer
+from memoryd.store import memories as mem
+from memoryd.store import migrate
+from memoryd.store.engine import create_store_engine
+from memoryd.store.memories import WriteContext
+
+log = structlog.get_logger(__name__)
+
+
+def node_id(data_dir: Path) -> str:
+    """This data directory's stable worker identity (the lease owner across restarts)."""
+    path = data_dir / "node_id"
+    if not path.exists():
+        path.write_text(f"node-{secrets.token_hex(6)}\n")
+    return path.read_text().strip()
+
+
+class Daemon:
+    """Everything ``memoryd run`` starts, in the order it starts it."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.data_dir = cfg.resolved_data_dir()
+        self.started_at = time.time()
+        self.lock = DataDirLock(self.data_dir)
+        self.engine: Engine | None = None
+        self.runner: PassRunner | None = None
+        self.scheduler: BackgroundScheduler | None = None
+        self.embedder = Embedder(cfg.embedder, batch_size=cfg.embed_batch_size)
+        self.passes = build_passes()
+        self._stop: asyncio.Event | None = None
+        self.committer: GroupCommitter | None = None
+        self.servers: list[SocketServer] = []
+
+    def run(self) -> int:
+        """Serve until SIGTERM/SIGINT; return the process exit code."""
+        return asyncio.run(self._main())
+
+    async def _main(self) -> int:
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.lock.acquire()
+        try:
+            return await self._serve()
+        finally:
+            self.lock.release()
+
+    def _open_store(self) -> Engine:
+        engine = create_store_engine(self.cfg.resolved_db_url(), self.cfg.busy_timeout_ms)
+        revision = migrate.upgrade(engine)
+        owner = node_id(self.data_dir)
+        with engine.begin() as conn:
+            released = jobq.release_owner(conn, owner, now=time.time())
+        log.info("store.opened", url=status_mod.db_info(engine)["url"], revision=revision,
+                 released_leases=released)
+        return engine
+
+    async def _serve(self) -> int:
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+
+        self.engine = engine = await loop.run_in_executor(None, self._open_store)
+        ctx = PassContext(engine=engine, config=self.cfg, embedder=self.embedder, now=time.time)
+        self.runner = runner = PassRunner(self.passes, ctx, owner=node_id(self.data_dir))
+        runner.start()
+
+        self.scheduler = BackgroundScheduler(timezone=UTC)
+        self.scheduler.add_job(runner.wakeup, "interval", seconds=self.cfg.tick_interval_s,
+                               id="runner.tick", coalesce=True, max_instances=1)
+        self.scheduler.add_job(self._prune, "interval", seconds=self.cfg.prune_interval_s,
+                               id="queue.prune", coalesce=True, max_instances=1,
+                               misfire_grace_time=3600)
+        self.scheduler.start()
+
+        write_ctx = WriteContext(actor="", passes=write_passes(self.passes),
+                                 max_attempts=self.cfg.job_max_attempts,
+                                 idempotency_ttl_s=self.cfg.idempotency_ttl_s)
+        self.committer = GroupCommitter(
+            engine, write_ctx, max_queue=self.cfg.write_queue_max, max_batch=self.cfg.write_batch_max,
+            clock=utcnow, on_commit=runner.wakeup,
+        )
+        self.committer.start()
+        dispatcher = Dispatcher(self.cfg, engine, self.committer, self.status,
+                                embedder_ready=self.embedder.unavailable_reason)
+        agent_path = self.cfg.resolved_socket()
+        self.servers = [
+            SocketServer(agent_path, dispatcher, self.cfg, admin=False),
+            SocketServer(self.cfg.admin_socket(), dispatcher, self.cfg, admin=True),
+        ]
+        try:
+            for server in self.servers:
+                await server.start()
+            log.info("daemon.ready", version=__version__, socket=str(agent_path),
+                     data_dir=str(self.data_dir), embedder=self.cfg.embedder)
+            runner.wakeup()  # drain whatever the last run left queued
+            await self._stop.wait()
+            log.info("daemon.stopping")
+        finally:
+            await self._shutdown(dispatcher)
+        log.info("daemon.stopped")
+        return 0
+
+    async def _shutdown(self, dispatcher: Dispatcher) -> None:
+        for server in self.servers:
+            server.stop_listening()
+        if self.committer is not None:
+            await self.committer.drain()
+        for server in self.servers:
+            await server.close()
+        loop = asyncio.get_running_loop()
+        if self.runner is not None:
+            await loop.run_in_executor(None, self.runner.stop, self.cfg.shutdown_grace_s)
+        if self.scheduler is not None and self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+        dispatcher.close()
+        if self.engine is not None:
+            self.engine.dispose()
+
+    def _prune(self) -> None:
+        assert self.engine is not None
+        now = time.time()
+        with self.engine.begin() as conn:
+            jobs_pruned = jobq.prune_done(conn, older_than=now - self.cfg.done_retention_s)
+            keys_pruned = mem.prune_idempotency(conn, now)
+        log.info("queue.pruned", jobs=jobs_pruned, idempotency_keys=keys_pruned)
+
+    def status(self) -> dict[str, Any]:
+        """The daemon.status result (runs on a reader thread)."""
+        assert self.engine is not None and self.runner is not None and self.committer is not None
+        models = {
+            "embedder": self.embedder.status(),
+            "llm": {"loaded": False, "enabled": self.cfg.llm != "none", "path": None,
+                    "last_used_at": None, "error": None,
+                    "note": "used by the classify and extract passes (later versions)"},
+        }
+        extra = {
+            "sockets": {"agent": str(self.cfg.resolved_socket()),
+                        "admin": str(self.cfg.admin_socket())},
+            "data_dir": str(self.data_dir),
+            "write_queue": {"depth": self.committer.depth, "max": self.cfg.write_queue_max,
+                            "batches": self.committer.batches, "writes": self.committer.units},
+        }
+        return status_mod.snapshot(self.engine, self.started_at, list(self.passes),
+                                   self.runner.status(), models, extra)

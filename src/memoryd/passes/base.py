@@ -1,0 +1,65 @@
+"""The pass contract: a small class with a name, what it consumes, and run().
+
+A pass's ``run`` completes its jobs in the same transaction as its output
+(queue.jobs.complete raises StaleLease when the lease was lost), and is
+idempotent, so the queue's at-least-once delivery gives exactly-once effects.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from sqlalchemy import Engine
+
+from memoryd.config import Config
+from memoryd.models.embedder import Embedder
+from memoryd.queue.jobs import Job
+
+
+@dataclass
+class PassContext:
+    """What a pass may use: the store, the config, the models and the clock."""
+
+    engine: Engine
+    config: Config
+    embedder: Embedder
+    now: Callable[[], float]
+
+
+@dataclass
+class PassResult:
+    """What one batch did."""
+
+    processed: int = 0  # jobs completed with their output written
+    skipped: int = 0  # jobs completed with nothing to do (target gone)
+    stale: int = 0  # jobs whose lease was lost before completion; output discarded
+
+
+class Pass(ABC):
+    """One kind of background work.
+
+    ``consumes`` is ``"queue"`` (jobs enqueued per target) or ``"schedule"``
+    (time-driven). ``implemented`` is False for a pass registered by name
+    whose body comes in a later version: it is listed in status, never run,
+    and nothing enqueues for it.
+    """
+
+    name: ClassVar[str]
+    consumes: ClassVar[str] = "queue"
+    implemented: ClassVar[bool] = True
+    #: Jobs per batch when the machine is idle; 0 means use the config's value.
+    batch_size: ClassVar[int] = 32
+
+    def unavailable_reason(self, ctx: PassContext) -> str | None:
+        """Why this pass cannot run now (its jobs wait), or None."""
+        return None if self.implemented else "not implemented in this version"
+
+    def batch_limit(self, ctx: PassContext) -> int:
+        return self.batch_size
+
+    @abstractmethod
+    def run(self, batch: list[Job], ctx: PassContext) -> PassResult:
+        """Process a claimed batch; complete each job with its output."""

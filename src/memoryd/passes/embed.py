@@ -1,0 +1,86 @@
+"""The embed pass: encodes new memories with the embedder and stores their vectors.
+
+Reads: ``memories`` rows named by its jobs (content, content_hash, status).
+Writes: one ``memory_vectors`` row per memory, and the job's completion, in one
+transaction. Running it twice changes nothing: the vector is an upsert keyed
+by the memory, written only while the row still holds the content that was
+encoded (a row forgotten or changed meanwhile gets no stale vector).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from sqlalchemy import select
+
+from memoryd.clock import rfc3339_from_epoch
+from memoryd.errors import StaleLease
+from memoryd.models.embedder import DIM
+from memoryd.passes.base import Pass, PassContext, PassResult
+from memoryd.queue import jobs as jobq
+from memoryd.queue.jobs import Job
+from memoryd.store import vectors
+from memoryd.store.engine import read_only
+from memoryd.store.schema import memories
+
+EMBEDDABLE = ("active", "candidate", "superseded", "archived")
+
+
+class EmbedPass(Pass):
+    name: ClassVar[str] = "embed"
+
+    def unavailable_reason(self, ctx: PassContext) -> str | None:
+        return ctx.embedder.unavailable_reason()
+
+    def batch_limit(self, ctx: PassContext) -> int:
+        return ctx.config.embed_batch_size
+
+    def run(self, batch: list[Job], ctx: PassContext) -> PassResult:
+        ids = [job.target for job in batch]
+        with read_only(ctx.engine) as conn:
+            rows = {
+                r.id: r
+                for r in conn.execute(
+                    select(memories.c.id, memories.c.content, memories.c.content_hash,
+                           memories.c.status).where(memories.c.id.in_(ids))
+                )
+            }
+        todo = [r for r in rows.values() if r.content is not None and r.status in EMBEDDABLE]
+        encoded: list[Any] = list(ctx.embedder.encode([r.content for r in todo])) if todo else []
+        by_id = {r.id: (r.content_hash, vec) for r, vec in zip(todo, encoded, strict=True)}
+
+        result = PassResult()
+        now = ctx.now()
+        stamp = rfc3339_from_epoch(now)
+        with ctx.engine.begin() as conn:
+            # Re-read inside the write transaction: only rows that still hold the
+            # encoded content get a vector.
+            current = {
+                r.id: r
+                for r in conn.execute(
+                    select(memories.c.id, memories.c.seq, memories.c.content_hash,
+                           memories.c.status).where(memories.c.id.in_(ids))
+                )
+            }
+            out = []
+            for job in batch:
+                try:
+                    jobq.complete(conn, job, now=now)
+                except StaleLease:
+                    result.stale += 1
+                    continue
+                encoded_pair = by_id.get(job.target)
+                row = current.get(job.target)
+                if (encoded_pair is None or row is None or row.status not in EMBEDDABLE
+                        or row.content_hash != encoded_pair[0]):
+                    result.skipped += 1
+                    continue
+                out.append({
+                    "memory_seq": row.seq, "model": ctx.embedder.name, "dim": DIM,
+                    "vector": vectors.to_blob(encoded_pair[1]), "content_hash": row.content_hash,
+                    "embedded_at": stamp,
+                })
+                result.processed += 1
+            vectors.upsert(conn, out)
+        return result
+

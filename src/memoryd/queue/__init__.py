@@ -1,0 +1,1 @@
+"""The durable job queue (a `jobs` table with lease columns)."""

@@ -1,0 +1,1 @@
+"""The socket service: framing, validation, group commit, handlers, client."""

@@ -1,0 +1,137 @@
+"""The write queue and its group committer.
+
+Handlers put units on a bounded queue and await their futures; one task
+drains the queue into batches and commits each batch in one transaction on a
+dedicated thread. While a commit runs, new writes gather for the next one, so
+throughput rises with concurrency. A full queue answers 1004 at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
+
+import structlog
+from sqlalchemy import Engine
+
+from memoryd.errors import MemorydError, Overloaded
+from memoryd.store.memories import WriteContext
+from memoryd.store.writes import WriteUnit, commit_units
+
+log = structlog.get_logger(__name__)
+
+
+class GroupCommitter:
+    """Batches concurrent writes into shared transactions."""
+
+    def __init__(self, engine: Engine, ctx: WriteContext, *, max_queue: int, max_batch: int,
+                 clock: Callable[[], datetime], on_commit: Callable[[], None]):
+        self.engine = engine
+        self.ctx = ctx
+        self.max_batch = max_batch
+        self.clock = clock
+        self.on_commit = on_commit
+        self._queue: asyncio.Queue[tuple[WriteUnit, asyncio.Future[Any]]] = asyncio.Queue(max_queue)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="memoryd-writer")
+        self._task: asyncio.Task[None] | None = None
+        self._access: dict[str, int] = {}
+        self._access_event = asyncio.Event()
+        self.batches = 0
+        self.units = 0
+        self._closing = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
+
+    def submit(self, unit: WriteUnit) -> asyncio.Future[Any]:
+        """Queue a unit; its future resolves after the commit. Raises Overloaded when full."""
+        if self._closing:
+            raise Overloaded("memoryd is shutting down; retry when it is back. Nothing was written.")
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        try:
+            self._queue.put_nowait((unit, fut))
+        except asyncio.QueueFull:
+            raise Overloaded(
+                f"the write queue is full ({self._queue.maxsize} writes waiting); retry later. "
+                "Nothing was written."
+            ) from None
+        return fut
+
+    def note_access(self, ids: list[str]) -> None:
+        """Count reads of these memories; flushed with the next commit, never on the reader's path."""
+        for mid in ids:
+            self._access[mid] = self._access.get(mid, 0) + 1
+        if ids:
+            self._access_event.set()
+
+    @property
+    def depth(self) -> int:
+        return self._queue.qsize()
+
+    async def _next_batch(self) -> list[tuple[WriteUnit, asyncio.Future[Any]]]:
+        if self._queue.empty() and self._access:
+            return []  # flush access counts alone
+        get = asyncio.ensure_future(self._queue.get())
+        wake = asyncio.ensure_future(self._access_event.wait())
+        done, _ = await asyncio.wait({get, wake}, return_when=asyncio.FIRST_COMPLETED)
+        wake.cancel()
+        if get not in done:
+            get.cancel()
+            try:
+                # The get may have completed while being cancelled: keep its unit.
+                first = await get
+            except asyncio.CancelledError:
+                return []
+        else:
+            first = get.result()
+        batch = [first]
+        while len(batch) < self.max_batch and not self._queue.empty():
+            batch.append(self._queue.get_nowait())
+        return batch
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self._next_batch()
+            self._idle.clear()
+            self._access_event.clear()
+            access, self._access = self._access, {}
+            units = [u for u, _ in batch]
+            try:
+                outcomes = await loop.run_in_executor(
+                    self._executor, commit_units, self.engine, units, self.ctx, self.clock(), access
+                )
+            except Exception as exc:  # a bug, not a store condition: fail the batch loudly
+                log.exception("commit.crashed", units=len(units))
+                err = MemorydError(f"write failed: {exc}; see the daemon log; nothing was written")
+                outcomes = [err for _ in units]
+            self.batches += 1 if units else 0
+            self.units += len(units)
+            enqueued = False
+            for (_, fut), outcome in zip(batch, outcomes, strict=True):
+                if fut.done():
+                    continue
+                if isinstance(outcome, MemorydError):
+                    fut.set_exception(outcome)
+                else:
+                    fut.set_result(outcome)
+                    enqueued = enqueued or any(r.get("queued") for r in outcome)
+            if enqueued:
+                self.on_commit()
+            self._idle.set()
+
+    async def drain(self, timeout_s: float = 10.0) -> None:
+        """Refuse new writes, commit everything queued, then stop (shutdown)."""
+        self._closing = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while (not self._queue.empty() or not self._idle.is_set()) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        if self._task is not None:
+            self._task.cancel()
+        self._executor.shutdown(wait=True)

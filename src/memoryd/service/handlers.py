@@ -1,0 +1,181 @@
+"""Method handlers: one table per socket; the agent socket never has operator verbs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine
+
+from memoryd import PROTOCOL_VERSION, __version__
+from memoryd.clock import to_rfc3339, utcnow
+from memoryd.config import Config
+from memoryd.errors import InvalidParams, MethodNotFound, NotFound
+from memoryd.queue import jobs as jobq
+from memoryd.service import validation
+from memoryd.service.committer import GroupCommitter
+from memoryd.store import audit, search
+from memoryd.store import memories as mem
+from memoryd.store.engine import read_only
+from memoryd.store.ids import is_memory_id
+from memoryd.store.scope import missing_key_notice
+from memoryd.store.writes import WriteUnit
+
+Handler = Callable[[dict[str, Any], "Peer"], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Peer:
+    """The connected process, from the socket's peer credentials."""
+
+    pid: int | None
+    uid: int | None
+
+    @property
+    def actor(self) -> str:
+        return f"peer:uid={self.uid},pid={self.pid}"
+
+
+class Dispatcher:
+    """Routes requests to handlers; reads run on a thread pool, writes go to group commit."""
+
+    def __init__(self, cfg: Config, engine: Engine, committer: GroupCommitter,
+                 status: Callable[[], dict[str, Any]], embedder_ready: Callable[[], str | None]):
+        self.cfg = cfg
+        self.engine = engine
+        self.committer = committer
+        self.status_provider = status
+        self.embedder_ready = embedder_ready
+        self.readers = ThreadPoolExecutor(cfg.read_threads, thread_name_prefix="memoryd-read")
+        self.agent_methods: dict[str, Handler] = {
+            "memory.write": self.memory_write,
+            "memory.write_many": self.memory_write_many,
+            "memory.get": self.memory_get,
+            "memory.search": self.memory_search,
+            "daemon.ping": self.ping,
+            "daemon.status": self.status,
+        }
+        self.admin_methods: dict[str, Handler] = {
+            **self.agent_methods,
+            "queue.list": self.queue_list,
+            "queue.retry": self.queue_retry,
+        }
+
+    def table(self, admin: bool) -> dict[str, Handler]:
+        return self.admin_methods if admin else self.agent_methods
+
+    async def dispatch(self, method: str, params: dict[str, Any], peer: Peer, admin: bool) -> Any:
+        handler = self.table(admin).get(method)
+        if handler is None:
+            raise MethodNotFound(f"method {method!r} does not exist on this socket")
+        return await handler(params, peer)
+
+    async def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.readers, fn, *args)
+
+    # -- memory.* -------------------------------------------------------------
+    async def memory_write(self, params: dict[str, Any], peer: Peer) -> Any:
+        item = validation.parse_write(params, self.cfg)
+        results = await self.committer.submit(WriteUnit([item], peer.actor))
+        return results[0]
+
+    async def memory_write_many(self, params: dict[str, Any], peer: Peer) -> Any:
+        items = validation.parse_write_many(params, self.cfg)
+        return {"results": await self.committer.submit(WriteUnit(items, peer.actor))}
+
+    async def memory_get(self, params: dict[str, Any], peer: Peer) -> Any:
+        memory_id, include = validation.parse_get(params)
+        if not is_memory_id(memory_id):
+            raise NotFound(f"no memory with id {memory_id!r} (ids look like mem_01J…)",
+                           data={"field": "id"})
+        result = await self._read(self._get_sync, memory_id, include)
+        if result.get("status") not in (None, "forgotten", "deleting"):
+            self.committer.note_access([memory_id])
+        return result
+
+    def _get_sync(self, memory_id: str, include: list[str]) -> dict[str, Any]:
+        with read_only(self.engine) as conn:
+            row = mem.get_row(conn, memory_id)
+            if row is None:
+                raise NotFound(f"no memory with id {memory_id!r}", data={"field": "id"})
+            out = mem.to_public(row)
+            if out.get("status") == "forgotten":
+                return out
+            out["pending"] = jobq.pending_for(conn, memory_id)
+            if "history" in include:
+                out["history"] = audit.events_for(conn, memory_id)
+            if "citations" in include:
+                out["citations"] = []  # derived memories arrive with the extract pass
+            if "links" in include:
+                out["links"] = []
+            return out
+
+    async def memory_search(self, params: dict[str, Any], peer: Peer) -> Any:
+        req = validation.parse_search(params, self.cfg)
+        result = await self._read(self._search_sync, req)
+        self.committer.note_access([r["id"] for r in result["results"]])
+        return result
+
+    def _search_sync(self, req: search.SearchRequest) -> dict[str, Any]:
+        notices: list[str] = []
+        missing = missing_key_notice(req.reader, req.scope)
+        if missing:
+            notices.append(missing)
+        if req.mode in ("hybrid", "vector"):
+            reason = self.embedder_ready() or "the vector index is not built in this version"
+            notices.append(f"vector leg skipped ({reason}); results are lexical only")
+        if search.fts_match(req.query) is None:
+            notices.append("the query has no searchable words")
+        with read_only(self.engine) as conn:
+            rows = search.lexical(conn, req, to_rfc3339(utcnow()))
+        results = []
+        for row in rows:
+            public = mem.to_public(row)
+            public["score"] = round(float(row["score"]), 6)
+            results.append(public)
+        return {"results": results, "mode_used": "lexical", "notices": notices}
+
+    # -- daemon.* ---------------------------------------------------------------
+    async def ping(self, params: dict[str, Any], peer: Peer) -> Any:
+        return {"version": __version__, "protocol": PROTOCOL_VERSION, "pid": os.getpid()}
+
+    async def status(self, params: dict[str, Any], peer: Peer) -> Any:
+        return await self._read(self.status_provider)
+
+    # -- queue.* (operator socket) -------------------------------------------------
+    async def queue_list(self, params: dict[str, Any], peer: Peer) -> Any:
+        state = validation._enum(params, "state", ("ready", "failed", "leased", "done", "dead"), None)
+        pass_name = validation.opt_str(params, "pass", 32)
+        limit = params.get("limit", 100)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10000:
+            raise InvalidParams("limit", "must be an integer from 1 to 10000")
+
+        def run() -> Any:
+            with read_only(self.engine) as conn:
+                return {"jobs": jobq.list_jobs(conn, state=state, pass_name=pass_name, limit=limit)}
+
+        return await self._read(run)
+
+    async def queue_retry(self, params: dict[str, Any], peer: Peer) -> Any:
+        ids = params.get("ids", [])
+        if not isinstance(ids, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+            raise InvalidParams("ids", "must be a list of job ids (integers)")
+        pass_name = validation.opt_str(params, "pass", 32)
+        if not ids and not pass_name and params.get("all") is not True:
+            raise InvalidParams("ids", "name job ids, a pass, or set all=true")
+
+        def run() -> Any:
+            with self.engine.begin() as conn:
+                return jobq.retry_dead(conn, now=utcnow().timestamp(), job_ids=ids, pass_name=pass_name)
+
+        revived = await self._read(run)
+        if revived:
+            self.committer.on_commit()  # wake the runner
+        return {"revived": revived}
+
+    def close(self) -> None:
+        self.readers.shutdown(wait=False, cancel_futures=True)

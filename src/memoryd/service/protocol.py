@@ -1,0 +1,68 @@
+"""JSON-RPC 2.0 framing: one JSON object per line."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from memoryd.errors import InvalidRequest, MemorydError, ParseError
+
+_NO_ID = object()
+
+
+@dataclass
+class Request:
+    method: str
+    params: dict[str, Any]
+    id: Any  # None for a request with "id": null; _NO_ID for a notification
+
+    @property
+    def is_notification(self) -> bool:
+        return self.id is _NO_ID
+
+
+def decode(line: bytes) -> Request:
+    """Parse one frame; raise ParseError or InvalidRequest (with ``id`` in data when known)."""
+    try:
+        obj = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ParseError(f"the frame is not valid JSON ({exc}); send one JSON object per line") from exc
+    if isinstance(obj, list):
+        raise InvalidRequest("batches (JSON arrays) are not supported; send one request per line")
+    if not isinstance(obj, dict):
+        raise InvalidRequest("the frame must be a JSON-RPC 2.0 request object")
+    req_id = obj.get("id", _NO_ID)
+    if (req_id is not _NO_ID and not (req_id is None or isinstance(req_id, str | int | float))) \
+            or isinstance(req_id, bool):
+        raise InvalidRequest("'id' must be a string, a number or null")
+    err_id = None if req_id is _NO_ID else req_id
+    if obj.get("jsonrpc") != "2.0":
+        raise _invalid("'jsonrpc' must be \"2.0\"", err_id)
+    method = obj.get("method")
+    if not isinstance(method, str) or not method:
+        raise _invalid("'method' must be a non-empty string", err_id)
+    params = obj.get("params", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise _invalid("'params' must be an object (named parameters)", err_id)
+    return Request(method=method, params=params, id=req_id)
+
+
+def _invalid(message: str, req_id: Any) -> InvalidRequest:
+    err = InvalidRequest(message)
+    err.request_id = req_id  # type: ignore[attr-defined]
+    return err
+
+
+def encode_result(req_id: Any, result: Any) -> bytes:
+    return _line({"jsonrpc": "2.0", "id": req_id, "result": result})
+
+
+def encode_error(req_id: Any, error: MemorydError) -> bytes:
+    return _line({"jsonrpc": "2.0", "id": req_id, "error": error.to_json()})
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"

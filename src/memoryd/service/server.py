@@ -1,0 +1,169 @@
+"""The asyncio Unix-socket server: framing, peer checks, concurrency per connection.
+
+Each connection reads frames in its own task and runs each request in its
+own task, so many requests may be in flight on one connection and a slow or
+silent client holds up nobody but itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from memoryd.config import Config
+from memoryd.errors import Forbidden, MemorydError, StoreUnavailable, TooLarge
+from memoryd.service import protocol
+from memoryd.service.handlers import Dispatcher, Peer
+from memoryd.service.peercred import allowed, peer_credentials
+from memoryd.service.sockets import bind_unix
+
+log = structlog.get_logger(__name__)
+
+READ_CHUNK = 65536
+
+
+class SocketServer:
+    """Serves one socket (agent or operator) with the dispatcher's method table."""
+
+    def __init__(self, path: Path, dispatcher: Dispatcher, cfg: Config, *, admin: bool):
+        self.path = path
+        self.dispatcher = dispatcher
+        self.cfg = cfg
+        self.admin = admin
+        self._server: asyncio.base_events.Server | None = None
+        self._conns: set[asyncio.Task[Any]] = set()
+        self._sock: socket.socket | None = None
+
+    async def start(self) -> None:
+        self._sock = bind_unix(self.path)
+        self._server = await asyncio.start_unix_server(
+            self._on_connect, sock=self._sock, limit=READ_CHUNK
+        )
+        log.info("socket.listening", path=str(self.path), admin=self.admin)
+
+    def stop_listening(self) -> None:
+        """Accept no new connections; requests already in flight go on."""
+        if self._server is not None:
+            self._server.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    async def close(self) -> None:
+        """Stop accepting, remove the socket file, and close open connections."""
+        self.stop_listening()
+        for task in list(self._conns):
+            task.cancel()
+        if self._conns:
+            await asyncio.gather(*self._conns, return_exceptions=True)
+
+    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("connection.crashed")
+        finally:
+            self._conns.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        pid, uid = peer_credentials(sock)
+        peer = Peer(pid=pid, uid=uid)
+        if not allowed(uid):
+            log.warning("connection.refused", uid=uid, pid=pid, path=str(self.path))
+            refused = Forbidden(f"uid {uid} may not use this socket; connect as the daemon's user")
+            writer.write(protocol.encode_error(None, refused))
+            await writer.drain()
+            return
+        if len(self._conns) > self.cfg.max_connections:
+            err = StoreUnavailable("too many connections; close idle ones and retry")
+            writer.write(protocol.encode_error(None, err))
+            await writer.drain()
+            return
+        slots = asyncio.Semaphore(self.cfg.max_inflight_per_connection)
+        pending: set[asyncio.Task[None]] = set()
+        buf = bytearray()
+        discarding = False
+        limit = self.cfg.max_frame_bytes
+        try:
+            while True:
+                chunk = await reader.read(READ_CHUNK)
+                if not chunk:
+                    break
+                buf += chunk
+                while True:
+                    nl = buf.find(b"\n")
+                    if nl < 0:
+                        if len(buf) > limit and not discarding:
+                            discarding = True  # answer once the frame's end is found
+                        if discarding:
+                            buf.clear()
+                        break
+                    line = bytes(buf[:nl])
+                    del buf[: nl + 1]
+                    if discarding:
+                        discarding = False
+                        self._reply_error(writer, None, TooLarge(
+                            f"frame exceeds max_frame_bytes ({limit}); send smaller requests"))
+                        continue
+                    if len(line) > limit:
+                        self._reply_error(writer, None, TooLarge(
+                            f"frame exceeds max_frame_bytes ({limit}); send smaller requests"))
+                        continue
+                    if not line.strip():
+                        continue
+                    await slots.acquire()  # back-pressure: stop reading at the in-flight cap
+                    t = asyncio.create_task(self._handle(line, peer, writer, slots))
+                    pending.add(t)
+                    t.add_done_callback(pending.discard)
+                await writer.drain()
+        finally:
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    def _reply_error(self, writer: asyncio.StreamWriter, req_id: Any, err: MemorydError) -> None:
+        if not writer.is_closing():
+            writer.write(protocol.encode_error(req_id, err))
+
+    async def _handle(self, line: bytes, peer: Peer, writer: asyncio.StreamWriter,
+                      slots: asyncio.Semaphore) -> None:
+        req_id: Any = None
+        try:
+            try:
+                req = protocol.decode(line)
+            except MemorydError as exc:
+                self._reply_error(writer, getattr(exc, "request_id", None), exc)
+                return
+            req_id = req.id
+            try:
+                result = await self.dispatcher.dispatch(req.method, req.params, peer, self.admin)
+            except MemorydError as exc:
+                if not req.is_notification:
+                    self._reply_error(writer, req_id, exc)
+                return
+            except Exception as exc:
+                log.exception("request.crashed", method=req.method)
+                if not req.is_notification:
+                    self._reply_error(writer, req_id, StoreUnavailable(
+                        f"internal error in {req.method}: {exc}; see the daemon log"))
+                return
+            if not req.is_notification and not writer.is_closing():
+                writer.write(protocol.encode_result(req_id, result))
+                with contextlib.suppress(ConnectionError):
+                    await writer.drain()
+        finally:
+            slots.release()

@@ -1,0 +1,121 @@
+"""Human-readable renderings (rich) of status, memories, search results and jobs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+console = Console()
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _when(epoch: float | None) -> str:
+    return "-" if epoch is None else _age(time.time() - epoch) + " ago"
+
+
+def status_renderable(s: dict[str, Any]) -> Group:
+    """The status page as one rich renderable (used by print and by --watch)."""
+    health = s.get("health", "?")
+    style = "green" if health == "healthy" else "yellow"
+    head = Text.assemble(
+        ("memoryd ", "bold"), (f"{s['version']}  ", ""), (health, f"bold {style}"),
+        f"  pid {s['pid']}  up {_age(s['uptime_s'])}  db {s['db']['bytes'] / 1e6:.1f} MB",
+    )
+    parts: list[Any] = [head]
+    for problem in s.get("problems", []):
+        parts.append(Text(f"  ! {problem}", style="yellow"))
+    mem = ", ".join(f"{k} {v}" for k, v in sorted(s["memories"].items())) or "none"
+    parts.append(Text(f"memories: {mem}"))
+    gov = s["governor"]
+    parts.append(Text(f"governor: {gov['state']} ({gov['reason']}); cpu {gov['cpu_percent']:.0f}%, "
+                      f"mem free {gov['mem_available_bytes'] / 1e9:.1f} GB"))
+    table = Table(title="passes", title_justify="left", expand=False)
+    for col in ("pass", "state", "ready", "failed", "leased", "dead", "oldest", "done",
+                "errors", "ms/batch", "last run"):
+        table.add_column(col, justify="right" if col not in ("pass", "state") else "left")
+    for name, p in s["passes"].items():
+        q = s["queues"].get(name, {})
+        state = p["state"] if not p.get("reason") else f"{p['state']}: {p['reason']}"
+        table.add_row(
+            name, state[:60], str(q.get("ready", 0)), str(q.get("failed", 0)),
+            str(q.get("leased", 0)), str(q.get("dead", 0)), _age(q.get("oldest_ready_age_s")),
+            str(p["processed_total"]), str(p["errors_total"]),
+            "-" if p["mean_batch_ms"] is None else f"{p['mean_batch_ms']:.0f}",
+            _when(p["last_run_at"]),
+        )
+    parts.append(table)
+    models = Table(title="models", title_justify="left")
+    for col in ("model", "enabled", "loaded", "path", "error"):
+        models.add_column(col)
+    for name, m in s["models"].items():
+        models.add_row(name, str(m.get("enabled")), str(m.get("loaded")), str(m.get("path") or "-"),
+                       str(m.get("error") or m.get("note") or ""))
+    parts.append(models)
+    return Group(*parts)
+
+
+def print_status(s: dict[str, Any]) -> None:
+    console.print(status_renderable(s))
+
+
+def watch(fetch: Callable[[], dict[str, Any]], interval_s: float = 1.0) -> None:
+    """Redraw status in place until Ctrl-C."""
+    try:
+        with Live(status_renderable(fetch()), console=console, refresh_per_second=4,
+                  screen=False) as live:
+            while True:
+                time.sleep(interval_s)
+                live.update(status_renderable(fetch()))
+    except KeyboardInterrupt:
+        pass
+
+
+def print_memory(m: dict[str, Any]) -> None:
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in m.items():
+        if key in ("history",):
+            continue
+        table.add_row(key, "-" if value is None else str(value))
+    console.print(table)
+    for event in m.get("history", []):
+        console.print(f"  {event['at']}  {event['action']}  by {event['actor']}")
+
+
+def print_search(result: dict[str, Any]) -> None:
+    for notice in result.get("notices", []):
+        console.print(f"[yellow]note:[/yellow] {notice}")
+    table = Table(title=f"mode: {result['mode_used']}", title_justify="left")
+    for col in ("score", "id", "kind", "scope", "content"):
+        table.add_column(col, overflow="fold")
+    for r in result["results"]:
+        content = (r.get("content") or "").replace("\n", " ")
+        table.add_row(f"{r['score']:.3f}", r["id"], r["kind"], r["scope"],
+                      content if len(content) < 120 else content[:117] + "...")
+    console.print(table)
+
+
+def print_jobs(jobs: list[dict[str, Any]]) -> None:
+    table = Table()
+    for col in ("id", "pass", "target", "state", "attempts", "last error"):
+        table.add_column(col, overflow="fold")
+    for j in jobs:
+        table.add_row(str(j["id"]), j["pass"], j["target"], j["state"],
+                      f"{j['attempts']}/{j['max_attempts']}", (j.get("last_error") or "")[:80])
+    console.print(table)

@@ -1,0 +1,1 @@
+"""The durable store: schema, migrations, memories, search, audit (SQLAlchemy Core)."""

@@ -1,0 +1,77 @@
+"""The audit log: one hash-chained event per mutation, in the mutation's transaction.
+
+An event holds ids, content hashes and changed fields, never memory text, so
+an erasure never has to rewrite history (and never breaks the chain).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from sqlalchemy import Connection, insert, select
+
+from memoryd.store.schema import audit_events
+
+GENESIS = "0" * 64
+
+
+def _digest(prev_hash: str, at: str, actor: str, action: str, memory_id: str | None,
+            detail: dict[str, Any]) -> str:
+    body = json.dumps(
+        {"at": at, "actor": actor, "action": action, "memory_id": memory_id, "detail": detail},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(f"{prev_hash}\n{body}".encode()).hexdigest()
+
+
+def last_hash(conn: Connection) -> str:
+    """The hash of the newest event (the genesis hash for an empty log)."""
+    row = conn.execute(
+        select(audit_events.c.hash).order_by(audit_events.c.seq.desc()).limit(1)
+    ).first()
+    return row[0] if row else GENESIS
+
+
+def append(conn: Connection, *, at: str, actor: str, action: str, memory_id: str | None,
+           detail: dict[str, Any]) -> str:
+    """Append one event chained to the previous one; return its hash.
+
+    Call inside the write transaction of the mutation it records (the
+    transaction's write lock keeps the chain linear).
+    """
+    prev = last_hash(conn)
+    digest = _digest(prev, at, actor, action, memory_id, detail)
+    conn.execute(
+        insert(audit_events).values(
+            at=at, actor=actor, action=action, memory_id=memory_id, detail=detail,
+            prev_hash=prev, hash=digest,
+        )
+    )
+    return digest
+
+
+def verify(conn: Connection) -> tuple[int, int | None]:
+    """Check the whole chain; return (events checked, seq of the first break or None)."""
+    prev = GENESIS
+    checked = 0
+    for row in conn.execute(select(audit_events).order_by(audit_events.c.seq)):
+        expected = _digest(prev, row.at, row.actor, row.action, row.memory_id, row.detail)
+        if row.prev_hash != prev or row.hash != expected:
+            return checked, row.seq
+        prev = row.hash
+        checked += 1
+    return checked, None
+
+
+def events_for(conn: Connection, memory_id: str) -> list[dict[str, Any]]:
+    """The events that name one memory, oldest first (its history)."""
+    rows = conn.execute(
+        select(audit_events).where(audit_events.c.memory_id == memory_id).order_by(audit_events.c.seq)
+    )
+    return [
+        {"at": r.at, "actor": r.actor, "action": r.action, "detail": r.detail} for r in rows
+    ]

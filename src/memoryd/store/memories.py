@@ -1,0 +1,258 @@
+"""Memory rows: the write path (idempotency, tombstones, duplicates), reads, access counts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Row, and_, bindparam, delete, insert, select, update
+
+from memoryd.clock import to_rfc3339
+from memoryd.errors import Conflict, Tombstoned
+from memoryd.queue import jobs as jobq
+from memoryd.store import audit
+from memoryd.store.ids import new_memory_id
+from memoryd.store.schema import LIVE_STATUSES, idempotency_keys, memories, tombstones
+
+
+def normalize_content(content: str) -> str:
+    """The form identity is judged on: Unicode NFC, outer whitespace trimmed."""
+    return unicodedata.normalize("NFC", content).strip()
+
+
+def content_hash(content: str) -> str:
+    """sha256 of the normalised content (duplicates and tombstones compare this)."""
+    return hashlib.sha256(normalize_content(content).encode("utf-8")).hexdigest()
+
+
+@dataclass
+class NewMemory:
+    """A validated memory.write request (service/validation.py builds it)."""
+
+    content: str
+    kind: str
+    scope: str
+    owner: str
+    agent_id: str | None = None
+    user_id: str | None = None
+    project: str | None = None
+    session_id: str | None = None
+    importance: float = 0.5
+    valid_from: str | None = None
+    valid_to: str | None = None
+    ttl_s: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    idempotency_key: str | None = None
+    #: sha256 of the request's parameters, to tell a retry from a reuse of the key.
+    request_hash: str = ""
+
+    @property
+    def hash(self) -> str:
+        return content_hash(self.content)
+
+
+@dataclass
+class WriteContext:
+    """What the write path needs besides the request."""
+
+    actor: str
+    #: Passes to enqueue for a new memory (those that exist in this version).
+    passes: Sequence[str]
+    max_attempts: int
+    idempotency_ttl_s: float
+
+
+def write_memory(conn: Connection, req: NewMemory, now: datetime, ctx: WriteContext) -> dict[str, Any]:
+    """Write one memory inside the caller's transaction and return its result.
+
+    Raises Tombstoned (1006) or Conflict (1007); the caller's savepoint then
+    discards anything this call wrote.
+    """
+    now_epoch = now.timestamp()
+    chash = req.hash
+    if req.idempotency_key is not None:
+        prior = conn.execute(
+            select(idempotency_keys.c.request_hash, idempotency_keys.c.result).where(
+                idempotency_keys.c.scope == req.scope,
+                idempotency_keys.c.owner == req.owner,
+                idempotency_keys.c.key == req.idempotency_key,
+                idempotency_keys.c.expires_at > now_epoch,
+            )
+        ).first()
+        if prior is not None:
+            if prior.request_hash != req.request_hash:
+                raise Conflict(
+                    "idempotency_key was already used with different parameters; "
+                    "use a new key for a new write",
+                    data={"field": "idempotency_key"},
+                )
+            return dict(prior.result)
+
+    if is_tombstoned(conn, req.scope, req.owner, chash):
+        raise Tombstoned(
+            "this content was forgotten or rejected in this scope and may not be written again",
+            data={"field": "content"},
+        )
+
+    dup = conn.execute(
+        select(memories.c.id, memories.c.recorded_at).where(
+            memories.c.scope == req.scope,
+            memories.c.owner == req.owner,
+            memories.c.content_hash == chash,
+            memories.c.status.in_(LIVE_STATUSES),
+        ).limit(1)
+    ).first()
+    if dup is not None:
+        result: dict[str, Any] = {
+            "id": dup.id,
+            "recorded_at": dup.recorded_at,
+            "queued": [],
+            "duplicate_of": dup.id,
+            "notices": ["an identical live memory exists in this scope; nothing was written"],
+        }
+    else:
+        result = _insert_new(conn, req, chash, now, ctx)
+
+    if req.idempotency_key is not None:
+        conn.execute(
+            insert(idempotency_keys).values(
+                scope=req.scope, owner=req.owner, key=req.idempotency_key,
+                request_hash=req.request_hash, result=result, created_at=now_epoch,
+                expires_at=now_epoch + ctx.idempotency_ttl_s,
+            )
+        )
+    return result
+
+
+def _insert_new(conn: Connection, req: NewMemory, chash: str, now: datetime,
+                ctx: WriteContext) -> dict[str, Any]:
+    recorded_at = to_rfc3339(now)
+    memory_id = new_memory_id(int(now.timestamp() * 1000))
+    expires_at = to_rfc3339(now + timedelta(seconds=req.ttl_s)) if req.ttl_s else None
+    values = {
+        "id": memory_id,
+        "content": req.content,
+        "content_hash": chash,
+        "kind": req.kind,
+        "scope": req.scope,
+        "owner": req.owner,
+        "agent_id": req.agent_id,
+        "user_id": req.user_id,
+        "project": req.project,
+        "session_id": req.session_id,
+        "status": "active",
+        "importance": req.importance,
+        "importance_raw": req.importance,
+        "valid_from": req.valid_from or recorded_at,
+        "valid_to": req.valid_to,
+        "recorded_at": recorded_at,
+        "expires_at": expires_at,
+        "derived": False,
+        "metadata": req.metadata,
+    }
+    conn.execute(insert(memories).values(**values))
+    audit.append(
+        conn, at=recorded_at, actor=ctx.actor, action="memory.write", memory_id=memory_id,
+        detail={k: values[k] for k in ("content_hash", "kind", "scope", "owner", "status",
+                                        "importance", "valid_from", "valid_to", "expires_at")},
+    )
+    queued = []
+    for pass_name in ctx.passes:
+        jobq.enqueue(conn, pass_name, memory_id, now=now.timestamp(), max_attempts=ctx.max_attempts)
+        queued.append(pass_name)
+    return {"id": memory_id, "recorded_at": recorded_at, "queued": queued, "notices": []}
+
+
+def is_tombstoned(conn: Connection, scope: str, owner: str, chash: str) -> bool:
+    """Whether (scope, owner, content hash) carries a tombstone."""
+    return conn.execute(
+        select(tombstones.c.id).where(
+            tombstones.c.scope == scope, tombstones.c.owner == owner,
+            tombstones.c.content_hash == chash,
+        ).limit(1)
+    ).first() is not None
+
+
+def add_tombstone(conn: Connection, scope: str, owner: str, chash: str, now: datetime,
+                  reason: str | None = None) -> None:
+    """Lay a tombstone (idempotent)."""
+    if not is_tombstoned(conn, scope, owner, chash):
+        conn.execute(insert(tombstones).values(
+            scope=scope, owner=owner, content_hash=chash, created_at=to_rfc3339(now), reason=reason,
+        ))
+
+
+def request_hash(params: dict[str, Any]) -> str:
+    """A stable hash of a write's parameters (the idempotency key excluded)."""
+    body = {k: v for k, v in params.items() if k != "idempotency_key"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# -- reads ---------------------------------------------------------------
+
+PUBLIC_FIELDS = (
+    "id", "content", "kind", "scope", "agent_id", "user_id", "project", "session_id", "status",
+    "importance", "importance_raw", "access_count", "last_accessed_at", "valid_from", "valid_to",
+    "recorded_at", "retired_at", "expires_at", "metadata", "derived",
+)
+
+
+def to_public(row: Row[Any] | dict[str, Any]) -> dict[str, Any]:
+    """A memory row as the protocol shows it."""
+    data = dict(row._mapping) if isinstance(row, Row) else dict(row)
+    if data.get("status") == "forgotten":
+        return {"id": data["id"], "status": "forgotten", "content": None}
+    out = {name: data.get(name) for name in PUBLIC_FIELDS}
+    out["derived"] = bool(out["derived"])
+    return out
+
+
+def get_row(conn: Connection, memory_id: str) -> Row[Any] | None:
+    """One memory row by id."""
+    return conn.execute(select(memories).where(memories.c.id == memory_id)).first()
+
+
+def record_access(conn: Connection, counts: dict[str, int], at: datetime) -> int:
+    """Add read counts to ``access_count`` and stamp ``last_accessed_at``."""
+    if not counts:
+        return 0
+    stmt = (
+        update(memories)
+        .where(memories.c.id == bindparam("mid"))
+        .values(access_count=memories.c.access_count + bindparam("n"),
+                last_accessed_at=bindparam("at"))
+    )
+    stamp = to_rfc3339(at)
+    conn.execute(stmt, [{"mid": mid, "n": n, "at": stamp} for mid, n in counts.items()])
+    return len(counts)
+
+
+def prune_idempotency(conn: Connection, now_epoch: float | None = None) -> int:
+    """Forget idempotency keys past their window."""
+    cutoff = time.time() if now_epoch is None else now_epoch
+    return conn.execute(delete(idempotency_keys).where(idempotency_keys.c.expires_at <= cutoff)).rowcount
+
+
+def count_by_status(conn: Connection) -> dict[str, int]:
+    """Memory counts keyed by status."""
+    from sqlalchemy import func
+
+    rows = conn.execute(select(memories.c.status, func.count()).group_by(memories.c.status))
+    return {status: n for status, n in rows}
+
+
+def ids_with(conn: Connection, ids: Iterable[str], *where: Any) -> list[Row[Any]]:
+    """Rows for ``ids`` matching extra conditions (helper for passes)."""
+    id_list = list(ids)
+    if not id_list:
+        return []
+    return list(conn.execute(select(memories).where(and_(memories.c.id.in_(id_list), *where))))
+
+
+AccessSink = Callable[[Iterable[str]], None]

@@ -1,0 +1,160 @@
+"""SQLAlchemy Core tables. Migrations (store/migrations) create exactly these.
+
+Timestamps on memories are RFC 3339 strings of fixed width (see clock.py), so
+they compare correctly as text on every backend; queue times are epoch
+seconds because the queue does arithmetic on them.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+
+metadata = MetaData()
+
+#: Statuses a memory can have (PROTOCOL.md memory.get).
+STATUSES = ("active", "candidate", "superseded", "rejected", "archived", "deleting", "forgotten")
+#: Statuses that count as live for duplicate detection.
+LIVE_STATUSES = ("active", "candidate")
+SCOPES = ("agent", "user", "session", "project", "org")
+#: The owner field that keys each scope; org rows are visible to everyone.
+SCOPE_KEY = {"agent": "agent_id", "user": "user_id", "session": "session_id", "project": "project"}
+OWNER_FIELDS = ("agent_id", "user_id", "project", "session_id")
+
+memories = Table(
+    "memories",
+    metadata,
+    # Integer key for FTS5's external-content rowid; `id` is the public capability.
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("id", String(32), nullable=False, unique=True),
+    Column("content", Text, nullable=True),  # NULL once forgotten
+    Column("content_hash", String(64), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("scope", String(16), nullable=False),
+    # The value of the scope's key field ('' for org): the unit of ownership for
+    # duplicates, tombstones and idempotency keys.
+    Column("owner", String(256), nullable=False),
+    Column("agent_id", String(256)),
+    Column("user_id", String(256)),
+    Column("project", String(256)),
+    Column("session_id", String(256)),
+    Column("status", String(16), nullable=False),
+    Column("importance", Float, nullable=False),
+    Column("importance_raw", Float, nullable=False),
+    Column("access_count", Integer, nullable=False, server_default=text("0")),
+    Column("last_accessed_at", String(32)),
+    Column("valid_from", String(32), nullable=False),
+    Column("valid_to", String(32)),
+    Column("recorded_at", String(32), nullable=False),
+    Column("retired_at", String(32)),
+    Column("expires_at", String(32)),
+    Column("derived", Boolean, nullable=False, server_default=text("0")),
+    Column("metadata", JSON, nullable=False),
+    Index("ix_memories_identity", "scope", "owner", "content_hash"),
+    Index("ix_memories_status", "status"),
+    Index("ix_memories_recorded_at", "recorded_at"),
+)
+
+memory_vectors = Table(
+    "memory_vectors",
+    metadata,
+    Column("memory_seq", Integer, ForeignKey("memories.seq", ondelete="CASCADE"), primary_key=True),
+    Column("model", String(128), nullable=False),
+    Column("dim", Integer, nullable=False),
+    Column("vector", LargeBinary, nullable=False),  # float32 little-endian, L2-normalised
+    # The hash of the content the vector describes: a vector never outlives it.
+    Column("content_hash", String(64), nullable=False),
+    Column("embedded_at", String(32), nullable=False),
+)
+
+audit_events = Table(
+    "audit_events",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("at", String(32), nullable=False),
+    Column("actor", String(256), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("memory_id", String(32)),
+    Column("detail", JSON, nullable=False),  # ids, hashes and changed fields; never content
+    Column("prev_hash", String(64), nullable=False),
+    Column("hash", String(64), nullable=False),
+    Index("ix_audit_memory", "memory_id"),
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("scope", String(16), primary_key=True),
+    Column("owner", String(256), primary_key=True),
+    Column("key", String(256), primary_key=True),
+    Column("request_hash", String(64), nullable=False),
+    Column("result", JSON, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Index("ix_idempotency_expires", "expires_at"),
+)
+
+tombstones = Table(
+    "tombstones",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("scope", String(16), nullable=False),
+    Column("owner", String(256), nullable=False),
+    Column("content_hash", String(64), nullable=False),
+    Column("created_at", String(32), nullable=False),
+    Column("reason", Text),
+    UniqueConstraint("scope", "owner", "content_hash", name="uq_tombstone_identity"),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("pass", String(32), nullable=False),
+    Column("target", String(64), nullable=False),
+    Column("payload", JSON, nullable=False),
+    Column("state", String(8), nullable=False),  # ready | leased | done | dead
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    Column("run_after", Float, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False),
+    Column("lease_owner", String(128)),
+    Column("lease_until", Float),
+    Column("lease_token", String(32)),
+    Column("last_error", Text),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("finished_at", Float),
+    # At most one live job per (pass, target): enqueue is idempotent.
+    Index(
+        "uq_jobs_live",
+        "pass",
+        "target",
+        unique=True,
+        sqlite_where=text("state IN ('ready', 'leased')"),
+        postgresql_where=text("state IN ('ready', 'leased')"),
+    ),
+    Index("ix_jobs_claim", "pass", "state", "run_after"),
+    Index("ix_jobs_target", "target"),
+)
+
+meta = Table(
+    "meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)

@@ -1,0 +1,76 @@
+"""Group commit: many callers' writes in one transaction.
+
+Each unit (one memory.write, or one all-or-nothing memory.write_many) runs in
+its own savepoint, so a refused unit (tombstone, idempotency conflict) rolls
+back alone while the others commit together. Pending access counts from reads
+ride along in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import structlog
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
+
+from memoryd.errors import MemorydError, StoreUnavailable
+from memoryd.store.memories import NewMemory, WriteContext, record_access, write_memory
+
+log = structlog.get_logger(__name__)
+
+UnitOutcome = list[dict[str, Any]] | MemorydError
+
+
+@dataclass
+class WriteUnit:
+    """One caller's request: its memories and who sent them."""
+
+    items: Sequence[NewMemory]
+    actor: str
+
+
+def store_error(exc: BaseException) -> StoreUnavailable:
+    """Translate a driver error into 1003 with the cause and the next step."""
+    text = str(getattr(exc, "orig", exc))
+    low = text.lower()
+    if "locked" in low or "busy" in low:
+        hint = "the database is locked by another process past the busy timeout; retry shortly"
+    elif "full" in low:
+        hint = "the disk is full; free space, then retry"
+    elif "readonly" in low or "read-only" in low:
+        hint = "the database is read-only; check the data directory's permissions"
+    else:
+        hint = "the store failed; see the daemon log"
+    return StoreUnavailable(f"store unavailable: {hint} ({text}); nothing was written")
+
+
+def commit_units(engine: Engine, units: Sequence[WriteUnit], ctx: WriteContext, now: datetime,
+                 access: dict[str, int] | None = None) -> list[UnitOutcome]:
+    """Write every unit in one transaction; return one outcome per unit.
+
+    Returns only after the commit (or raises nothing: a store failure becomes
+    a StoreUnavailable outcome for every unit, since nothing was written).
+    """
+    outcomes: list[UnitOutcome] = []
+    try:
+        with engine.begin() as conn:
+            for unit in units:
+                unit_ctx = WriteContext(actor=unit.actor, passes=ctx.passes,
+                                        max_attempts=ctx.max_attempts,
+                                        idempotency_ttl_s=ctx.idempotency_ttl_s)
+                try:
+                    with conn.begin_nested():
+                        outcomes.append([write_memory(conn, item, now, unit_ctx) for item in unit.items])
+                except MemorydError as exc:
+                    outcomes.append(exc)
+            if access:
+                record_access(conn, access, now)
+    except DBAPIError as exc:
+        err = store_error(exc)
+        log.error("store.write_failed", error=str(exc.orig), units=len(units))
+        return [err for _ in units]
+    return outcomes
