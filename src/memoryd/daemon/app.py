@@ -110,7 +110,7 @@ class Daemon:
         )
         self.committer.start()
         dispatcher = Dispatcher(self.cfg, engine, self.committer, self.status,
-                                embedder_ready=self.embedder.unavailable_reason)
+                                embedder=self.embedder)
         agent_path = self.cfg.resolved_socket()
         self.servers = [
             SocketServer(agent_path, dispatcher, self.cfg, admin=False),

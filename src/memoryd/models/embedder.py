@@ -22,6 +22,7 @@ log = structlog.get_logger(__name__)
 
 DIM = 384
 MODEL_NAME = "all-MiniLM-L6-v2"
+QUERY_CACHE_SIZE = 256
 
 
 class EmbedderUnavailable(PassUnavailable):
@@ -63,6 +64,8 @@ class Embedder:
         self.last_used_at: float | None = None
         self.load_error: str | None = None
         self.path: str | None = None
+        self._loading = threading.Event()
+        self._query_cache: dict[str, np.ndarray] = {}
 
     @property
     def enabled(self) -> bool:
@@ -108,21 +111,67 @@ class Embedder:
         return model
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """L2-normalised float32 vectors, one row per text."""
+        """L2-normalised float32 vectors, one row per text (loads the model if needed)."""
         with self._lock:
             model = self._load()
-            vectors = model.encode(
-                list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                convert_to_numpy=True, show_progress_bar=False,
-            )
-            self.last_used_at = time.time()
+        # Inference does not mutate the model: the embed pass and searches may
+        # encode at the same time; only loading is serialised.
+        vectors = model.encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+            convert_to_numpy=True, show_progress_bar=False,
+        )
+        self.last_used_at = time.time()
         return np.asarray(vectors, dtype=np.float32)
+
+    def encode_query(self, text: str) -> np.ndarray | None:
+        """The query's vector, or None while the model is not loaded.
+
+        A search never waits for a model load: the first one starts loading
+        in the background and is answered lexically with a notice.
+        """
+        cached = self._query_cache.get(text)
+        if cached is not None:
+            return cached
+        if self._model is None:
+            self._load_in_background()
+            return None
+        vec = self.encode([text])[0]
+        if len(self._query_cache) >= QUERY_CACHE_SIZE:
+            self._query_cache.pop(next(iter(self._query_cache)))
+        self._query_cache[text] = vec
+        return vec
+
+    def query_unavailable_reason(self) -> str | None:
+        """Why a search cannot use the vector leg right now, or None."""
+        reason = self.unavailable_reason()
+        if reason:
+            return reason
+        if self._model is None:
+            return "the embedder is loading; retry in a few seconds"
+        return None
+
+    def _load_in_background(self) -> None:
+        if not self.enabled or self.load_error or self._loading.is_set():
+            return
+        self._loading.set()
+
+        def load() -> None:
+            try:
+                with self._lock:
+                    self._load()
+            except EmbedderUnavailable:
+                pass
+            finally:
+                self._loading.clear()
+
+        threading.Thread(target=load, name="memoryd-embedder-load", daemon=True).start()
 
     def release(self) -> None:
         """Drop the model so its memory can be returned."""
         with self._lock:
             if self._model is not None:
                 self._model = None
+                self._query_cache.clear()
                 log.info("model.released", model="embedder")
 
     def status(self) -> dict[str, Any]:

@@ -12,9 +12,10 @@ from typing import Any
 from sqlalchemy import Engine
 
 from memoryd import PROTOCOL_VERSION, __version__
-from memoryd.clock import to_rfc3339, utcnow
+from memoryd.clock import utcnow
 from memoryd.config import Config
 from memoryd.errors import InvalidParams, MethodNotFound, NotFound
+from memoryd.models.embedder import Embedder
 from memoryd.queue import jobs as jobq
 from memoryd.service import validation
 from memoryd.service.committer import GroupCommitter
@@ -44,12 +45,12 @@ class Dispatcher:
     """Routes requests to handlers; reads run on a thread pool, writes go to group commit."""
 
     def __init__(self, cfg: Config, engine: Engine, committer: GroupCommitter,
-                 status: Callable[[], dict[str, Any]], embedder_ready: Callable[[], str | None]):
+                 status: Callable[[], dict[str, Any]], embedder: Embedder):
         self.cfg = cfg
         self.engine = engine
         self.committer = committer
         self.status_provider = status
-        self.embedder_ready = embedder_ready
+        self.embedder = embedder
         self.readers = ThreadPoolExecutor(cfg.read_threads, thread_name_prefix="memoryd-read")
         self.agent_methods: dict[str, Handler] = {
             "memory.write": self.memory_write,
@@ -125,19 +126,23 @@ class Dispatcher:
         missing = missing_key_notice(req.reader, req.scope)
         if missing:
             notices.append(missing)
-        if req.mode in ("hybrid", "vector"):
-            reason = self.embedder_ready() or "the vector index is not built in this version"
-            notices.append(f"vector leg skipped ({reason}); results are lexical only")
-        if search.fts_match(req.query) is None:
-            notices.append("the query has no searchable words")
+        query_vec = None
+        reason = None
+        if req.mode != "lexical":
+            query_vec = self.embedder.encode_query(req.query)
+            if query_vec is None:
+                reason = self.embedder.query_unavailable_reason() or "the embedder is not ready"
         with read_only(self.engine) as conn:
-            rows = search.lexical(conn, req, to_rfc3339(utcnow()))
+            outcome = search.run(conn, req, utcnow(), query_vec, reason)
         results = []
-        for row in rows:
+        for row in outcome.results:
             public = mem.to_public(row)
             public["score"] = round(float(row["score"]), 6)
+            if "explain" in row:
+                public["explain"] = row["explain"]
             results.append(public)
-        return {"results": results, "mode_used": "lexical", "notices": notices}
+        return {"results": results, "mode_used": outcome.mode_used,
+                "notices": notices + outcome.notices}
 
     # -- daemon.* ---------------------------------------------------------------
     async def ping(self, params: dict[str, Any], peer: Peer) -> Any:

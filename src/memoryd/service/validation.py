@@ -178,7 +178,7 @@ def parse_search(params: Mapping[str, Any], cfg: Config) -> SearchRequest:
         kind=_enum(params, "kind", ["auto", *cfg.kinds], None),
         mode=_enum(params, "mode", MODES, "hybrid") or "hybrid",
         as_of=opt_time(params, "as_of"), valid_at=opt_time(params, "valid_at"),
-        include_candidates=include_candidates,
+        include_candidates=include_candidates, explain=explain,
     )
 
 

@@ -33,19 +33,31 @@ class Reader:
         return value
 
 
-def visible(table: Table, reader: Reader, scope: str | None = None) -> ColumnElement[Any]:
-    """SQL condition: rows of ``table`` the reader may see, optionally one scope only."""
+def visible_pairs(reader: Reader, scope: str | None = None) -> list[tuple[str, str]]:
+    """The (scope, owner) pairs the reader may see, optionally one scope only.
+
+    Every read path derives its filter from this list: :func:`visible` for
+    SQL, :func:`scope_keys` for the vector index.
+    """
     scopes = [scope] if scope else ["agent", "user", "project", "session", "org"]
-    clauses = []
+    pairs = []
     for s in scopes:
         key = reader.key_for(s)
-        if key is None:
-            continue
-        if s == "org":
-            clauses.append(table.c.scope == "org")
-        else:
-            clauses.append(and_(table.c.scope == s, table.c.owner == key))
+        if key is not None:
+            pairs.append((s, key))
+    return pairs
+
+
+def visible(table: Table, reader: Reader, scope: str | None = None) -> ColumnElement[Any]:
+    """SQL condition: rows of ``table`` the reader may see, optionally one scope only."""
+    clauses = [and_(table.c.scope == s, table.c.owner == owner)
+               for s, owner in visible_pairs(reader, scope)]
     return or_(*clauses) if clauses else false()
+
+
+def scope_keys(reader: Reader, scope: str | None = None) -> list[str]:
+    """The vector index's ``scope_key`` values (``scope:owner``) the reader may see."""
+    return [f"{s}:{owner}" for s, owner in visible_pairs(reader, scope)]
 
 
 def missing_key_notice(reader: Reader, scope: str | None) -> str | None:

@@ -1,18 +1,40 @@
-"""Lexical search: FTS5 / BM25 under the shared scope and time predicates."""
+"""memory.search: lexical (FTS5/BM25) and vector (sqlite-vec) legs fused by RRF.
+
+Both legs filter by the same scope pairs (store/scope.py) inside their
+candidate queries; the vector leg over-fetches until it has ``k`` rows that
+also pass the time filters, or says it is partial. Ranking:
+
+* each leg ranks its candidates; reciprocal rank fusion gives
+  ``rrf = Σ 1 / (60 + rank)`` over the legs that found the row;
+* two small boosts multiply it: importance ``1 + 0.2 × (importance − 0.5)``
+  (0.9 … 1.1) and recency ``1 + 0.1 × 0.5^(age_days / 30)`` (1.0 … 1.1).
+
+Lexical-only results score ``-bm25`` and vector-only results ``1 − cosine
+distance``, so a score is comparable within one answer, not across modes.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+import numpy as np
 from sqlalchemy import ColumnElement, Connection, and_, func, literal_column, or_, select, table, text
 
-from memoryd.store.schema import memories
-from memoryd.store.scope import Reader, visible
+from memoryd.clock import parse_rfc3339, to_rfc3339
+from memoryd.store import vectors
+from memoryd.store.schema import jobs, memories
+from memoryd.store.scope import Reader, scope_keys, visible
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 MAX_TERMS = 64
+RRF_K = 60
+IMPORTANCE_WEIGHT = 0.2
+RECENCY_WEIGHT = 0.1
+RECENCY_HALF_LIFE_DAYS = 30.0
 
 fts = table("memories_fts", literal_column("rowid"))
 
@@ -30,6 +52,14 @@ class SearchRequest:
     as_of: str | None = None
     valid_at: str | None = None
     include_candidates: bool = False
+    explain: bool = False
+
+
+@dataclass
+class SearchOutcome:
+    results: list[dict[str, Any]]
+    mode_used: str
+    notices: list[str]
 
 
 def fts_match(query: str) -> str | None:
@@ -44,28 +74,32 @@ def fts_match(query: str) -> str | None:
     words = _WORD.findall(stripped)[:MAX_TERMS]
     if not words:
         return None
-    quoted = [f'"{w}"' for w in words]
     if len(stripped) >= 2 and stripped[0] == stripped[-1] == '"':
         return '"' + " ".join(words) + '"'
-    return " OR ".join(quoted)
+    return " OR ".join(f'"{w}"' for w in words)
+
+
+def statuses_for(req: SearchRequest) -> list[str]:
+    """The statuses a request may see."""
+    out = ["active", "superseded", "archived"] if req.as_of else ["active"]
+    if req.include_candidates:
+        out.append("candidate")
+    return out
 
 
 def row_filter(req: SearchRequest, now: str) -> ColumnElement[Any]:
     """Scope, status, time and kind conditions shared by every search leg."""
-    conds: list[ColumnElement[Any]] = [visible(memories, req.reader, req.scope)]
+    conds: list[ColumnElement[Any]] = [
+        visible(memories, req.reader, req.scope),
+        memories.c.status.in_(statuses_for(req)),
+    ]
     if req.as_of:
         # What the store believed at as_of: recorded by then, not yet retired.
-        statuses = ["active", "superseded", "archived"]
-        if req.include_candidates:
-            statuses.append("candidate")
         conds += [
-            memories.c.status.in_(statuses),
             memories.c.recorded_at <= req.as_of,
             or_(memories.c.retired_at.is_(None), memories.c.retired_at > req.as_of),
         ]
     else:
-        conds.append(memories.c.status.in_(
-            ["active", "candidate"] if req.include_candidates else ["active"]))
         conds.append(or_(memories.c.expires_at.is_(None), memories.c.expires_at > now))
     if req.valid_at:
         conds += [
@@ -77,17 +111,141 @@ def row_filter(req: SearchRequest, now: str) -> ColumnElement[Any]:
     return and_(*conds)
 
 
-def lexical(conn: Connection, req: SearchRequest, now: str, limit: int | None = None) -> list[dict[str, Any]]:
-    """Rows matching the query by FTS5, best BM25 first, with ``score`` (higher is better)."""
+def lexical(conn: Connection, req: SearchRequest, now: str, limit: int) -> list[dict[str, Any]]:
+    """Rows matching the query by FTS5, best BM25 first, with ``bm25`` (higher is better)."""
     match = fts_match(req.query)
     if match is None:
         return []
     rank = func.bm25(literal_column("memories_fts"))
     stmt = (
-        select(memories, (-rank).label("score"))
+        select(memories, (-rank).label("bm25"))
         .select_from(fts.join(memories, memories.c.seq == literal_column("memories_fts.rowid")))
         .where(text("memories_fts MATCH :match").bindparams(match=match), row_filter(req, now))
         .order_by(rank)
-        .limit(limit or req.k)
+        .limit(limit)
     )
     return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def vector(conn: Connection, req: SearchRequest, now: str, query_vec: np.ndarray,
+           limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """Nearest rows by cosine distance (``distance``), and whether the leg is partial.
+
+    vec0 applies scope, status and kind inside the scan; rows that then fail
+    the time filters are replaced by fetching further until ``limit`` rows
+    pass or the index is exhausted (never a fixed cut filtered in silence).
+    """
+    keys = scope_keys(req.reader, req.scope)
+    fetch = max(limit * 2, 20)
+    while True:
+        hits = vectors.knn(conn, query_vec, k=fetch, scope_keys=keys,
+                           statuses=statuses_for(req), kind=req.kind)
+        if not hits:
+            return [], False
+        distance = dict(hits)
+        rows = conn.execute(
+            select(memories).where(memories.c.seq.in_(list(distance)), row_filter(req, now))
+        ).all()
+        found = sorted(({**r._mapping, "distance": distance[r.seq]} for r in rows),
+                       key=lambda r: r["distance"])
+        exhausted = len(hits) < fetch
+        if len(found) >= limit or exhausted:
+            return found[:limit], False
+        if fetch >= vectors.MAX_KNN:
+            return found[:limit], True
+        fetch = min(fetch * 4, vectors.MAX_KNN)
+
+
+def _boosts(row: dict[str, Any], ref: datetime) -> tuple[float, float]:
+    importance = 1.0 + IMPORTANCE_WEIGHT * (float(row["importance"]) - 0.5)
+    age_days = max(0.0, (ref - parse_rfc3339(row["recorded_at"])).total_seconds() / 86400.0)
+    recency = 1.0 + RECENCY_WEIGHT * 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)
+    return importance, recency
+
+
+def fuse(lexical_rows: Sequence[dict[str, Any]], vector_rows: Sequence[dict[str, Any]], k: int,
+         ref: datetime, explain: bool) -> list[dict[str, Any]]:
+    """Reciprocal rank fusion of the two legs with the importance and recency boosts."""
+    merged: dict[int, dict[str, Any]] = {}
+    stages: dict[int, dict[str, Any]] = {}
+    for leg, rows in (("lexical", lexical_rows), ("vector", vector_rows)):
+        for rank, row in enumerate(rows, start=1):
+            seq = row["seq"]
+            merged.setdefault(seq, row)
+            st = stages.setdefault(seq, {"rrf": 0.0})
+            st["rrf"] += 1.0 / (RRF_K + rank)
+            st[f"{leg}_rank"] = rank
+            st[f"{leg}_score"] = row["bm25"] if leg == "lexical" else 1.0 - row["distance"]
+    out = []
+    for seq, row in merged.items():
+        st = stages[seq]
+        importance, recency = _boosts(row, ref)
+        st.update(importance_boost=importance, recency_boost=recency)
+        item = dict(row)
+        item["score"] = st["rrf"] * importance * recency
+        if explain:
+            item["explain"] = {key: round(v, 6) if isinstance(v, float) else v for key, v in st.items()}
+        out.append(item)
+    out.sort(key=lambda r: r["score"], reverse=True)
+    return out[:k]
+
+
+def pending_embeds(conn: Connection) -> int:
+    """Open embed jobs (cheap, via the claim index); gates the exact count below."""
+    return int(conn.execute(
+        select(func.count()).select_from(jobs)
+        .where(jobs.c["pass"] == "embed", jobs.c.state.in_(["ready", "leased"]))
+    ).scalar_one())
+
+
+def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: np.ndarray | None,
+        vector_off_reason: str | None) -> SearchOutcome:
+    """Answer one search; ``query_vec`` is None when the vector leg cannot run."""
+    now_s = to_rfc3339(now)
+    ref = parse_rfc3339(req.as_of) if req.as_of else now
+    notices: list[str] = []
+    if fts_match(req.query) is None:
+        notices.append("the query has no searchable words for the lexical leg")
+    want = max(req.k * 2, 10)
+    use_vector = req.mode in ("hybrid", "vector") and query_vec is not None
+    use_lexical = req.mode in ("hybrid", "lexical") or not use_vector
+    if req.mode != "lexical" and query_vec is None:
+        notices.append(f"vector leg skipped ({vector_off_reason}); results are lexical only")
+
+    lex_rows = lexical(conn, req, now_s, want) if use_lexical else []
+    vec_rows: list[dict[str, Any]] = []
+    if use_vector:
+        assert query_vec is not None
+        vec_rows, partial = vector(conn, req, now_s, query_vec, want)
+        if partial:
+            notices.append(
+                f"vector leg partial: fewer than {want} rows passed the time filters among the "
+                f"{vectors.MAX_KNN} nearest"
+            )
+        if pending_embeds(conn):
+            missing = vectors.count_unembedded(conn, row_filter(req, now_s))
+            if missing:
+                notices.append(f"{missing} matching memories are not embedded yet; "
+                               "the vector leg could not see them")
+
+    if use_vector and use_lexical:
+        mode_used = "hybrid"
+        rows = fuse(lex_rows, vec_rows, req.k, ref, req.explain)
+    elif use_vector:
+        mode_used = "vector"
+        rows = _single(vec_rows, req, lambda r: 1.0 - r["distance"], "vector")
+    else:
+        mode_used = "lexical"
+        rows = _single(lex_rows, req, lambda r: r["bm25"], "lexical")
+    return SearchOutcome(results=rows, mode_used=mode_used, notices=notices)
+
+
+def _single(rows: list[dict[str, Any]], req: SearchRequest, score: Any, leg: str) -> list[dict[str, Any]]:
+    out = []
+    for rank, row in enumerate(rows[: req.k], start=1):
+        item = dict(row)
+        item["score"] = score(row)
+        if req.explain:
+            item["explain"] = {f"{leg}_rank": rank, f"{leg}_score": round(score(row), 6)}
+        out.append(item)
+    return out

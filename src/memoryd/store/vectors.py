@@ -1,4 +1,10 @@
-"""Embedding vectors, stored beside the rows they describe."""
+"""Embedding vectors: ``memory_vectors`` holds them durably (any backend); on
+SQLite the ``memory_vec`` vec0 table indexes them for nearest-neighbour search.
+
+Both are written in the embed pass's transaction, and migration 0002's
+triggers keep the index's filter columns equal to the row's and drop the
+vector when the row goes or its content changes.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, bindparam, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 from memoryd.store.schema import memories, memory_vectors
+
+#: vec0's largest k.
+MAX_KNN = 4096
 
 
 def to_blob(vector: np.ndarray) -> bytes:
@@ -28,18 +37,52 @@ def upsert(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
         return
     mod: Any = postgresql if conn.dialect.name == "postgresql" else sqlite
     stmt = mod.insert(memory_vectors)
+    cols = ("model", "dim", "vector", "content_hash", "embedded_at")
     stmt = stmt.on_conflict_do_update(
-        index_elements=[memory_vectors.c.memory_seq],
-        set_={c: stmt.excluded[c] for c in ("model", "dim", "vector", "content_hash", "embedded_at")},
+        index_elements=[memory_vectors.c.memory_seq], set_={c: stmt.excluded[c] for c in cols},
     )
     conn.execute(stmt, list(rows))
+    if conn.dialect.name == "sqlite":
+        # vec0 has no upsert: replace the index entry.
+        params = [{"seq": r["memory_seq"], "vec": r["vector"]} for r in rows]
+        conn.execute(text("DELETE FROM memory_vec WHERE memory_seq = :seq"), params)
+        conn.execute(
+            text(
+                "INSERT INTO memory_vec(memory_seq, embedding, scope_key, status, kind) "
+                "SELECT seq, :vec, scope || ':' || owner, status, kind FROM memories WHERE seq = :seq"
+            ),
+            params,
+        )
 
 
-def count_unembedded(conn: Connection) -> int:
-    """Live rows that have no vector yet."""
-    return int(conn.execute(
+def knn(conn: Connection, query: np.ndarray, *, k: int, scope_keys: Sequence[str],
+        statuses: Sequence[str], kind: str | None) -> list[tuple[int, float]]:
+    """(memory_seq, cosine distance) of the ``k`` nearest vectors that pass the
+    scope, status and kind filters, which vec0 applies inside the scan."""
+    if not scope_keys or k <= 0:
+        return []
+    sql = (
+        "SELECT memory_seq, distance FROM memory_vec WHERE embedding MATCH :q AND k = :k "
+        "AND scope_key IN :keys AND status IN :statuses"
+    )
+    params: dict[str, Any] = {"q": to_blob(query), "k": min(k, MAX_KNN),
+                              "keys": list(scope_keys), "statuses": list(statuses)}
+    if kind:
+        sql += " AND kind = :kind"
+        params["kind"] = kind
+    stmt = text(sql + " ORDER BY distance").bindparams(
+        bindparam("keys", expanding=True), bindparam("statuses", expanding=True)
+    )
+    return [(int(r[0]), float(r[1])) for r in conn.execute(stmt, params)]
+
+
+def count_unembedded(conn: Connection, where: Any = None) -> int:
+    """Rows (matching ``where``) that have no vector yet."""
+    stmt = (
         select(func.count()).select_from(memories)
         .outerjoin(memory_vectors, memory_vectors.c.memory_seq == memories.c.seq)
-        .where(memory_vectors.c.memory_seq.is_(None),
-               memories.c.status.in_(["active", "candidate"]))
-    ).scalar_one())
+        .where(memory_vectors.c.memory_seq.is_(None))
+    )
+    if where is not None:
+        stmt = stmt.where(where)
+    return int(conn.execute(stmt).scalar_one())
