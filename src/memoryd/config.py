@@ -69,6 +69,18 @@ class Config:
     embed_batch_size: int = _key(64, "Memories embedded per embed-pass batch.")
     tick_interval_s: float = _key(60.0, "Safety-net wake of the pass runner (it also wakes on writes).")
     prune_interval_s: float = _key(3600.0, "How often finished jobs and expired idempotency keys are pruned.")
+    governor_enabled: bool = _key(True, "Follow the machine's load; false keeps the state idle always.")
+    governor_interval_s: float = _key(5.0, "Seconds between governor readings.")
+    governor_busy_cpu_percent: float = _key(50.0, "Others' CPU % (all cores) that means busy.")
+    governor_idle_cpu_percent: float = _key(30.0, "Others' CPU % below which busy turns idle again.")
+    governor_busy_load_per_cpu: float = _key(1.5, "1-minute load average per core that means busy.")
+    governor_pause_mem_available_mb: float = _key(512.0, "Available MiB below which model passes pause.")
+    governor_pause_battery_percent: float = _key(20.0, "On battery below this charge, model passes pause.")
+    governor_busy_on_battery: bool = _key(True, "Treat running on battery as busy.")
+    busy_batch_size: int = _key(8, "Jobs per batch while busy (one pass per cycle).")
+    busy_pause_s: float = _key(1.0, "Pause between batches while busy, leaving the CPU to the user.")
+    model_threads: int = _key(2, "Threads for model inference when the machine is idle (1 when busy).")
+    nice: int = _key(10, "CPU niceness the daemon gives itself at start (0 = unchanged).")
     shutdown_grace_s: float = _key(20.0, "On SIGTERM, seconds a running batch may take before release.")
 
     # -- derived paths ---------------------------------------------------

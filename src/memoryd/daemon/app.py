@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import signal
 import time
@@ -10,6 +11,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
+import psutil
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Engine
@@ -18,6 +20,7 @@ from memoryd import __version__
 from memoryd.clock import utcnow
 from memoryd.config import Config
 from memoryd.daemon import status as status_mod
+from memoryd.daemon.governor import IDLE, Governor, HostProbe, Thresholds
 from memoryd.daemon.lock import DataDirLock
 from memoryd.daemon.runner import PassRunner
 from memoryd.models.embedder import Embedder
@@ -43,6 +46,21 @@ def node_id(data_dir: Path) -> str:
     return path.read_text().strip()
 
 
+def lower_priority(niceness: int) -> None:
+    """Yield the CPU and the disk to the user: nice, and the idle IO class where it exists."""
+    if niceness > 0:
+        try:
+            os.nice(niceness)
+        except OSError as exc:  # pragma: no cover - e.g. a restricted container
+            log.warning("daemon.nice_failed", error=str(exc))
+    ioprio_idle = getattr(psutil, "IOPRIO_CLASS_IDLE", None)
+    if ioprio_idle is not None:
+        try:
+            psutil.Process().ionice(ioprio_idle)
+        except (OSError, psutil.Error) as exc:  # pragma: no cover
+            log.warning("daemon.ionice_failed", error=str(exc))
+
+
 class Daemon:
     """Everything ``memoryd run`` starts, in the order it starts it."""
 
@@ -58,6 +76,7 @@ class Daemon:
         self.passes = build_passes()
         self._stop: asyncio.Event | None = None
         self.committer: GroupCommitter | None = None
+        self.governor: Governor | None = None
         self.servers: list[SocketServer] = []
 
     def run(self) -> int:
@@ -90,12 +109,17 @@ class Daemon:
 
         self.engine = engine = await loop.run_in_executor(None, self._open_store)
         ctx = PassContext(engine=engine, config=self.cfg, embedder=self.embedder, now=time.time)
-        self.runner = runner = PassRunner(self.passes, ctx, owner=node_id(self.data_dir))
+        self.governor = Governor(HostProbe(), Thresholds.from_config(self.cfg))
+        self.runner = runner = PassRunner(self.passes, ctx, owner=node_id(self.data_dir),
+                                          governor=self.governor)
         runner.start()
 
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.scheduler.add_job(runner.wakeup, "interval", seconds=self.cfg.tick_interval_s,
                                id="runner.tick", coalesce=True, max_instances=1)
+        self.scheduler.add_job(self._sample_governor, "interval",
+                               seconds=self.cfg.governor_interval_s, id="governor.sample",
+                               coalesce=True, max_instances=1)
         self.scheduler.add_job(self._prune, "interval", seconds=self.cfg.prune_interval_s,
                                id="queue.prune", coalesce=True, max_instances=1,
                                misfire_grace_time=3600)
@@ -145,6 +169,15 @@ class Daemon:
         if self.engine is not None:
             self.engine.dispose()
 
+    def _sample_governor(self) -> None:
+        assert self.governor is not None
+        before = self.governor.current.state
+        after = self.governor.sample()
+        if after.state != before:
+            log.info("governor.changed", from_state=before, to_state=after.state, reason=after.reason)
+            if after.state == IDLE and self.runner is not None:
+                self.runner.wakeup()
+
     def _prune(self) -> None:
         assert self.engine is not None
         now = time.time()
@@ -156,6 +189,7 @@ class Daemon:
     def status(self) -> dict[str, Any]:
         """The daemon.status result (runs on a reader thread)."""
         assert self.engine is not None and self.runner is not None and self.committer is not None
+        assert self.governor is not None
         models = {
             "embedder": self.embedder.status(),
             "llm": {"loaded": False, "enabled": self.cfg.llm != "none", "path": None,
@@ -169,5 +203,7 @@ class Daemon:
             "write_queue": {"depth": self.committer.depth, "max": self.cfg.write_queue_max,
                             "batches": self.committer.batches, "writes": self.committer.units},
         }
+        extra["runner"] = {"last_plan_state": self.runner.last_plan[0],
+                           "last_plan": [{"pass": n, "batch": b} for n, b in self.runner.last_plan[1]]}
         return status_mod.snapshot(self.engine, self.started_at, list(self.passes),
-                                   self.runner.status(), models, extra)
+                                   self.runner.status(), models, self.governor.current.as_dict(), extra)

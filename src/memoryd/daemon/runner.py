@@ -16,7 +16,8 @@ from typing import Any
 import structlog
 from sqlalchemy import func, select
 
-from memoryd.daemon.selection import select_passes
+from memoryd.daemon.governor import BUSY, IDLE, Governor
+from memoryd.daemon.selection import plan_cycle
 from memoryd.errors import PassUnavailable, StaleLease
 from memoryd.passes.base import Pass, PassContext
 from memoryd.queue import jobs as jobq
@@ -37,6 +38,7 @@ class PassStats:
     errors_total: int = 0
     batches: int = 0
     batch_ms_total: float = 0.0
+    last_batch_size: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -45,14 +47,19 @@ class PassStats:
             "processed_total": self.processed_total,
             "errors_total": self.errors_total,
             "mean_batch_ms": round(self.batch_ms_total / self.batches, 2) if self.batches else None,
+            "last_batch_size": self.last_batch_size,
         }
 
 
 class PassRunner:
     """Claims and runs batches for every runnable pass, round-robin."""
 
-    def __init__(self, passes: dict[str, Pass], ctx: PassContext, owner: str):
+    def __init__(self, passes: dict[str, Pass], ctx: PassContext, owner: str,
+                 governor: Governor | None = None):
         self.passes = passes
+        self.governor = governor
+        #: The most recent non-empty plan, as (pass, batch size) pairs, with the governor state.
+        self.last_plan: tuple[str, list[tuple[str, int]]] = (IDLE, [])
         self.ctx = ctx
         self.owner = owner
         self.stats = {name: PassStats() for name in passes}
@@ -98,6 +105,9 @@ class PassRunner:
                     self._stopping.wait(1.0)
                 if not progressed:
                     break
+                if self.state() == BUSY:
+                    # Leave the CPU to the user between small batches.
+                    self._stopping.wait(self.ctx.config.busy_pause_s)
 
     def runnable(self) -> dict[str, bool]:
         return {
@@ -116,27 +126,40 @@ class PassRunner:
             )
             return {name: n for name, n in rows}
 
+    def state(self) -> str:
+        return self.governor.current.state if self.governor is not None else IDLE
+
     def cycle(self) -> bool:
-        """Run one batch of each selected pass; True if any job was claimed."""
+        """Run one batch of each planned pass; True if any job was claimed."""
         now = self.ctx.now()
-        order = select_passes(list(self.passes), self._backlog(now), self.runnable(), self._cycle)
+        state = self.state()
+        plan = plan_cycle(
+            list(self.passes), self._backlog(now), self.runnable(), self._cycle, state,
+            model_backed={n: p.model_backed for n, p in self.passes.items()},
+            batch_sizes={n: p.batch_limit(self.ctx) for n, p in self.passes.items()},
+            busy_batch=self.ctx.config.busy_batch_size,
+        )
         self._cycle += 1
+        if plan:
+            self.last_plan = (state, [(item.name, item.batch) for item in plan])
+        self.ctx.threads = 1 if state == BUSY else self.ctx.config.model_threads
         progressed = False
-        for name in order:
+        for item in plan:
             if self._stopping.is_set():
                 break
-            progressed |= self._run_one(self.passes[name])
+            progressed |= self._run_one(self.passes[item.name], item.batch)
         return progressed
 
-    def _run_one(self, p: Pass) -> bool:
+    def _run_one(self, p: Pass, limit: int) -> bool:
         now = self.ctx.now()
         with self.ctx.engine.begin() as conn:
             batch = jobq.claim(conn, p.name, owner=self.owner, now=now,
-                               lease_s=self.ctx.config.job_lease_s, limit=p.batch_limit(self.ctx))
+                               lease_s=self.ctx.config.job_lease_s, limit=limit)
         if not batch:
             return False
         self._current = batch
         stats = self.stats[p.name]
+        stats.last_batch_size = len(batch)
         started = time.perf_counter()
         try:
             result = p.run(batch, self.ctx)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 
 def select_passes(order: Sequence[str], backlog: Mapping[str, int], runnable: Mapping[str, bool],
@@ -19,3 +20,28 @@ def select_passes(order: Sequence[str], backlog: Mapping[str, int], runnable: Ma
         return []
     start = cycle % len(candidates)
     return candidates[start:] + candidates[:start]
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One pass to run this cycle and the batch size to claim."""
+
+    name: str
+    batch: int
+
+
+def plan_cycle(order: Sequence[str], backlog: Mapping[str, int], runnable: Mapping[str, bool],
+               cycle: int, state: str, model_backed: Mapping[str, bool],
+               batch_sizes: Mapping[str, int], busy_batch: int) -> list[Planned]:
+    """The governor-aware plan for one cycle.
+
+    * ``idle``: every selected pass, each with its full batch size;
+    * ``busy``: only the first selected pass (round-robin), with a small batch;
+    * ``paused``: no model-backed pass; cheap SQL passes still run.
+    """
+    selected = select_passes(order, backlog, runnable, cycle)
+    if state == "paused":
+        return [Planned(p, batch_sizes[p]) for p in selected if not model_backed.get(p, True)]
+    if state == "busy":
+        return [Planned(p, min(busy_batch, batch_sizes[p])) for p in selected[:1]]
+    return [Planned(p, batch_sizes[p]) for p in selected]

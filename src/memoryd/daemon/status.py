@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
@@ -32,23 +31,9 @@ def db_info(engine: Engine) -> dict[str, Any]:
     return {"url": shown, "bytes": size}
 
 
-def governor_reading() -> dict[str, Any]:
-    """Host readings. The governor that acts on them arrives with issue 4; until
-    then the state is always ``idle`` and the reason says so."""
-    battery = psutil.sensors_battery() if hasattr(psutil, "sensors_battery") else None
-    return {
-        "state": "idle",
-        "reason": "no governor thresholds in this version; passes always run",
-        "cpu_percent": psutil.cpu_percent(interval=None),
-        "mem_available_bytes": psutil.virtual_memory().available,
-        "on_battery": bool(battery is not None and not battery.power_plugged),
-        "rss_bytes": psutil.Process(os.getpid()).memory_info().rss,
-    }
-
-
 def snapshot(engine: Engine, started_at: float, passes: list[str],
              pass_status: dict[str, dict[str, Any]], models: dict[str, Any],
-             extra: dict[str, Any]) -> dict[str, Any]:
+             governor: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """The daemon.status result."""
     now = time.time()
     with read_only(engine) as conn:
@@ -60,6 +45,8 @@ def snapshot(engine: Engine, started_at: float, passes: list[str],
     if dead:
         problems.append(f"{dead} dead job(s); inspect with `memoryd queue list --state dead`, "
                         "revive with `memoryd queue retry --all`")
+    if governor["state"] == "paused" and "memory" in governor["reason"]:
+        problems.append(f"paused: {governor['reason']}")
     for name, m in models.items():
         if m.get("error"):
             problems.append(f"model {name} failed to load: {m['error']}")
@@ -73,7 +60,7 @@ def snapshot(engine: Engine, started_at: float, passes: list[str],
         "memories": counts,
         "queues": queues,
         "passes": pass_status,
-        "governor": governor_reading(),
+        "governor": governor,
         "models": models,
         "reviews_open": 0,
         **extra,

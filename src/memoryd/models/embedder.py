@@ -50,6 +50,14 @@ def quiet_offline_env() -> None:
         pass
 
 
+def set_torch_threads(n: int) -> None:
+    """Set torch's intra-op threads when it differs (cheap to call per batch)."""
+    import torch
+
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(max(1, n))
+
+
 class Embedder:
     """Lazy, thread-safe wrapper around a SentenceTransformer.
 
@@ -110,10 +118,15 @@ class Embedder:
                  ms=round((time.perf_counter() - started) * 1000, 1))
         return model
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """L2-normalised float32 vectors, one row per text (loads the model if needed)."""
+    def encode(self, texts: Sequence[str], threads: int | None = None) -> np.ndarray:
+        """L2-normalised float32 vectors, one row per text (loads the model if needed).
+
+        ``threads`` sets torch's intra-op thread count (the governor's choice).
+        """
         with self._lock:
             model = self._load()
+            if threads is not None:
+                set_torch_threads(threads)
         # Inference does not mutate the model: the embed pass and searches may
         # encode at the same time; only loading is serialised.
         vectors = model.encode(

@@ -27,6 +27,8 @@ class PassContext:
     config: Config
     embedder: Embedder
     now: Callable[[], float]
+    #: Threads a model may use for the current batch (the governor sets 1 when busy).
+    threads: int = 2
 
 
 @dataclass
@@ -50,6 +52,8 @@ class Pass(ABC):
     name: ClassVar[str]
     consumes: ClassVar[str] = "queue"
     implemented: ClassVar[bool] = True
+    #: Runs a model (paused under memory or battery pressure).
+    model_backed: ClassVar[bool] = False
     #: Jobs per batch when the machine is idle; 0 means use the config's value.
     batch_size: ClassVar[int] = 32
 

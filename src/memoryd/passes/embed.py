@@ -28,6 +28,7 @@ EMBEDDABLE = ("active", "candidate", "superseded", "archived")
 
 class EmbedPass(Pass):
     name: ClassVar[str] = "embed"
+    model_backed: ClassVar[bool] = True
 
     def unavailable_reason(self, ctx: PassContext) -> str | None:
         return ctx.embedder.unavailable_reason()
@@ -46,7 +47,9 @@ class EmbedPass(Pass):
                 )
             }
         todo = [r for r in rows.values() if r.content is not None and r.status in EMBEDDABLE]
-        encoded: list[Any] = list(ctx.embedder.encode([r.content for r in todo])) if todo else []
+        encoded: list[Any] = (
+            list(ctx.embedder.encode([r.content for r in todo], threads=ctx.threads)) if todo else []
+        )
         by_id = {r.id: (r.content_hash, vec) for r, vec in zip(todo, encoded, strict=True)}
 
         result = PassResult()

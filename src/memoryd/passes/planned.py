@@ -20,15 +20,16 @@ class PlannedPass(Pass):
         raise NotImplementedError(f"the {self.name} pass is not implemented in this version")
 
 
-def planned(name: str, consumes: str, summary: str) -> type[PlannedPass]:
+def planned(name: str, consumes: str, model_backed: bool, summary: str) -> type[PlannedPass]:
     """A registered-by-name pass class."""
     return type(f"{name.title()}Pass", (PlannedPass,),
-                {"name": name, "consumes": consumes, "summary": summary, "__doc__": summary})
+                {"name": name, "consumes": consumes, "model_backed": model_backed,
+                 "summary": summary, "__doc__": summary})
 
 
-ClassifyPass = planned("classify", "queue", "Resolves kind 'auto' into a configured kind.")
-ExtractPass = planned("extract", "queue", "Finds entities and grounded atomic facts.")
-ConsolidatePass = planned("consolidate", "queue", "Collapses duplicates; proposes merges.")
-ReflectPass = planned("reflect", "queue", "Proposes supersessions for contradictions.")
-DecayPass = planned("decay", "schedule", "Decays importance with age since last access.")
-RetentionPass = planned("retention", "schedule", "Expires session rows and erases forgotten ones.")
+ClassifyPass = planned("classify", "queue", True, "Resolves kind 'auto' into a configured kind.")
+ExtractPass = planned("extract", "queue", True, "Finds entities and grounded atomic facts.")
+ConsolidatePass = planned("consolidate", "queue", False, "Collapses duplicates; proposes merges.")
+ReflectPass = planned("reflect", "queue", True, "Proposes supersessions for contradictions.")
+DecayPass = planned("decay", "schedule", False, "Decays importance with age since last access.")
+RetentionPass = planned("retention", "schedule", False, "Expires session rows; erases forgotten ones.")

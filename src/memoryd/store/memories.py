@@ -120,6 +120,11 @@ def write_memory(conn: Connection, req: NewMemory, now: datetime, ctx: WriteCont
         result = _insert_new(conn, req, chash, now, ctx)
 
     if req.idempotency_key is not None:
+        # An expired key may linger until pruned; it must not block the key's reuse.
+        conn.execute(delete(idempotency_keys).where(
+            idempotency_keys.c.scope == req.scope, idempotency_keys.c.owner == req.owner,
+            idempotency_keys.c.key == req.idempotency_key,
+        ))
         conn.execute(
             insert(idempotency_keys).values(
                 scope=req.scope, owner=req.owner, key=req.idempotency_key,
