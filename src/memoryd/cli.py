@@ -6,6 +6,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -339,3 +340,118 @@ def config_cmd(config_path: str | None, as_json: bool) -> None:
         _print_json(cfg.as_dict())
     else:
         click.echo(render_defaults())
+
+
+@main.group()
+def service() -> None:
+    """Install memoryd as an OS service (systemd user unit, launchd agent)."""
+
+
+def _target(system: bool, data_dir: str | None) -> Any:
+    from memoryd.osservice.units import default_target
+
+    return default_target(system=system, data_dir=Path(data_dir).expanduser() if data_dir else None)
+
+
+_system_opt = click.option("--system", is_flag=True, help="System-wide (needs root) instead of per user.")
+_data_dir_opt = click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+                             help="Data directory the service uses.")
+
+
+@service.command("print")
+@_system_opt
+@_data_dir_opt
+@click.option("--json", "as_json", is_flag=True, help="Print {path: text} as JSON.")
+def service_print(system: bool, data_dir: str | None, as_json: bool) -> None:
+    """Print the unit files (or plist) `install` would write.
+
+    \b
+    Example:
+      memoryd service print | less
+    """
+    from memoryd.osservice.units import render
+
+    target = _target(system, data_dir)
+    files = {str(target.unit_dir / name): text for name, text in render(target).items()}
+    if as_json:
+        _print_json(files)
+        return
+    for path, text in files.items():
+        click.echo(f"# ---- {path}")
+        click.echo(text)
+
+
+@service.command("install")
+@_system_opt
+@_data_dir_opt
+@click.option("--json", "as_json", is_flag=True, help="Print the steps as JSON.")
+def service_install(system: bool, data_dir: str | None, as_json: bool) -> None:
+    """Write the service files, enable and start them.
+
+    \b
+    Example:
+      memoryd service install && memoryd status
+    """
+    from memoryd.osservice.install import install, undo_hint
+
+    target = _target(system, data_dir)
+    steps = install(target)
+    if as_json:
+        _print_json({"steps": steps, "undo": undo_hint(target)})
+        return
+    for step in steps:
+        click.echo(f"- {step}")
+    click.echo(undo_hint(target))
+
+
+@service.command("uninstall")
+@_system_opt
+@_data_dir_opt
+@click.option("--json", "as_json", is_flag=True, help="Print the steps as JSON.")
+def service_uninstall(system: bool, data_dir: str | None, as_json: bool) -> None:
+    """Stop and remove the service (the data directory is kept).
+
+    \b
+    Example:
+      memoryd service uninstall
+    """
+    from memoryd.osservice.install import uninstall
+
+    steps = uninstall(_target(system, data_dir))
+    if as_json:
+        _print_json({"steps": steps})
+        return
+    for step in steps:
+        click.echo(f"- {step}")
+
+
+@main.command()
+@client_options
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Data directory to check.")
+@click.option("--skip-models", is_flag=True, help="Do not load the models (faster).")
+def doctor(cfg: Config, as_json: bool, data_dir: str | None, skip_models: bool) -> None:
+    """Check the socket, the store, the disk, the models and the queue; print fixes.
+
+    Exit code 0 when every check passes, 1 otherwise.
+
+    \b
+    Example:
+      memoryd doctor --skip-models
+    """
+    from memoryd import doctor as doc
+
+    if data_dir:
+        cfg.data_dir = data_dir
+    findings = doc.run_checks(cfg, models=not skip_models)
+    report = doc.as_json(findings)
+    if as_json:
+        _print_json(report)
+    else:
+        marks = {doc.OK: "[green]ok[/green]", doc.WARN: "[yellow]warn[/yellow]", doc.FAIL: "[red]FAIL[/red]"}
+        from memoryd.statusview import console
+
+        for f in findings:
+            console.print(f"{marks[f.level]:>20}  {f.check}: {f.detail}")
+            if f.fix:
+                console.print(f"{'':>9}fix: {f.fix}")
+    sys.exit(EXIT_OK if report["result"] == doc.OK else EXIT_DEGRADED)

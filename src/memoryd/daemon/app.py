@@ -20,6 +20,7 @@ from memoryd import __version__
 from memoryd.clock import utcnow
 from memoryd.config import Config
 from memoryd.daemon import status as status_mod
+from memoryd.daemon import systemd
 from memoryd.daemon.governor import IDLE, Governor, HostProbe, Thresholds
 from memoryd.daemon.lock import DataDirLock
 from memoryd.daemon.runner import PassRunner
@@ -136,9 +137,13 @@ class Daemon:
         dispatcher = Dispatcher(self.cfg, engine, self.committer, self.status,
                                 embedder=self.embedder)
         agent_path = self.cfg.resolved_socket()
+        admin_path = self.cfg.admin_socket()
+        inherited = systemd.inherited_sockets()
         self.servers = [
-            SocketServer(agent_path, dispatcher, self.cfg, admin=False),
-            SocketServer(self.cfg.admin_socket(), dispatcher, self.cfg, admin=True),
+            SocketServer(agent_path, dispatcher, self.cfg, admin=False,
+                         inherited=inherited.get(str(agent_path))),
+            SocketServer(admin_path, dispatcher, self.cfg, admin=True,
+                         inherited=inherited.get(str(admin_path))),
         ]
         try:
             for server in self.servers:
@@ -146,8 +151,11 @@ class Daemon:
             log.info("daemon.ready", version=__version__, socket=str(agent_path),
                      data_dir=str(self.data_dir), embedder=self.cfg.embedder)
             runner.wakeup()  # drain whatever the last run left queued
+            systemd.notify("READY=1\nSTATUS=serving")
+            self._start_watchdog(loop)
             await self._stop.wait()
             log.info("daemon.stopping")
+            systemd.notify("STOPPING=1")
         finally:
             await self._shutdown(dispatcher)
         log.info("daemon.stopped")
@@ -168,6 +176,18 @@ class Daemon:
         dispatcher.close()
         if self.engine is not None:
             self.engine.dispose()
+
+    def _start_watchdog(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Ping systemd's watchdog from the event loop, so a hung loop gets restarted."""
+        interval = systemd.watchdog_interval_s()
+        if interval is None:
+            return
+
+        def ping() -> None:
+            systemd.notify("WATCHDOG=1")
+            loop.call_later(interval, ping)
+
+        ping()
 
     def _sample_governor(self) -> None:
         assert self.governor is not None

@@ -30,8 +30,11 @@ READ_CHUNK = 65536
 class SocketServer:
     """Serves one socket (agent or operator) with the dispatcher's method table."""
 
-    def __init__(self, path: Path, dispatcher: Dispatcher, cfg: Config, *, admin: bool):
+    def __init__(self, path: Path, dispatcher: Dispatcher, cfg: Config, *, admin: bool,
+                 inherited: socket.socket | None = None):
         self.path = path
+        #: A listening socket handed over by systemd (socket activation); its file is systemd's.
+        self.inherited = inherited
         self.dispatcher = dispatcher
         self.cfg = cfg
         self.admin = admin
@@ -40,18 +43,20 @@ class SocketServer:
         self._sock: socket.socket | None = None
 
     async def start(self) -> None:
-        self._sock = bind_unix(self.path)
+        self._sock = self.inherited if self.inherited is not None else bind_unix(self.path)
         self._server = await asyncio.start_unix_server(
             self._on_connect, sock=self._sock, limit=READ_CHUNK
         )
-        log.info("socket.listening", path=str(self.path), admin=self.admin)
+        log.info("socket.listening", path=str(self.path), admin=self.admin,
+                 activated=self.inherited is not None)
 
     def stop_listening(self) -> None:
         """Accept no new connections; requests already in flight go on."""
         if self._server is not None:
             self._server.close()
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        if self.inherited is None:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
 
     async def close(self) -> None:
         """Stop accepting, remove the socket file, and close open connections."""

@@ -1,0 +1,1 @@
+"""Installing memoryd as an OS service: systemd user units, a launchd agent."""
