@@ -24,7 +24,8 @@ from memoryd.daemon import systemd
 from memoryd.daemon.governor import IDLE, Governor, HostProbe, Thresholds
 from memoryd.daemon.lock import DataDirLock
 from memoryd.daemon.runner import PassRunner
-from memoryd.models.embedder import Embedder
+from memoryd.models.embedder import Embedder, EmbedderAPI
+from memoryd.models.worker_client import WorkerEmbedder
 from memoryd.passes.base import PassContext
 from memoryd.passes.registry import build_passes, write_passes
 from memoryd.queue import jobs as jobq
@@ -73,7 +74,11 @@ class Daemon:
         self.engine: Engine | None = None
         self.runner: PassRunner | None = None
         self.scheduler: BackgroundScheduler | None = None
-        self.embedder = Embedder(cfg.embedder, batch_size=cfg.embed_batch_size)
+        self.embedder: EmbedderAPI = (
+            WorkerEmbedder(cfg.embedder, batch_size=cfg.embed_batch_size, idle_s=cfg.model_idle_s,
+                           timeout_s=cfg.model_timeout_s, log_level=cfg.log_level)
+            if cfg.model_worker else Embedder(cfg.embedder, batch_size=cfg.embed_batch_size)
+        )
         self.passes = build_passes()
         self._stop: asyncio.Event | None = None
         self.committer: GroupCommitter | None = None
@@ -174,6 +179,7 @@ class Daemon:
         if self.scheduler is not None and self.scheduler.running:
             self.scheduler.shutdown(wait=False)
         dispatcher.close()
+        self.embedder.release()
         if self.engine is not None:
             self.engine.dispose()
 

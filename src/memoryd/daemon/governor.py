@@ -95,13 +95,28 @@ class HostProbe:
     def __init__(self) -> None:
         self._proc = psutil.Process(os.getpid())
         self._ncpu = psutil.cpu_count() or 1
+        self._children: dict[int, psutil.Process] = {}
         # Prime the counters: cpu_percent(None) measures since the previous call.
         psutil.cpu_percent(interval=None)
         self._proc.cpu_percent(interval=None)
 
+    def _own_cpu_percent(self) -> float:
+        """CPU % of memoryd and its children (the model worker is us, not "others")."""
+        total = self._proc.cpu_percent(interval=None)
+        live = {}
+        for child in self._proc.children(recursive=True):
+            known = self._children.get(child.pid, child)
+            try:
+                total += known.cpu_percent(interval=None)
+                live[child.pid] = known
+            except psutil.Error:
+                continue
+        self._children = live
+        return total
+
     def read(self) -> Readings:
         system = psutil.cpu_percent(interval=None)
-        own = self._proc.cpu_percent(interval=None) / self._ncpu
+        own = self._own_cpu_percent() / self._ncpu
         try:
             load = os.getloadavg()[0] / self._ncpu
         except OSError:  # pragma: no cover - platforms without load averages

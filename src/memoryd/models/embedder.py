@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import structlog
@@ -58,8 +58,8 @@ def set_torch_threads(n: int) -> None:
         torch.set_num_threads(max(1, n))
 
 
-class Embedder:
-    """Lazy, thread-safe wrapper around a SentenceTransformer.
+class LocalEmbedder:
+    """Lazy, thread-safe wrapper around a SentenceTransformer, in this process.
 
     ``spec`` is 'bundled', 'none', or a local model directory.
     """
@@ -117,6 +117,11 @@ class Embedder:
         log.info("model.loaded", model="embedder", path=path,
                  ms=round((time.perf_counter() - started) * 1000, 1))
         return model
+
+    def load(self) -> None:
+        """Load the model now (normally it loads on first use)."""
+        with self._lock:
+            self._load()
 
     def encode(self, texts: Sequence[str], threads: int | None = None) -> np.ndarray:
         """L2-normalised float32 vectors, one row per text (loads the model if needed).
@@ -195,3 +200,33 @@ class Embedder:
             "last_used_at": self.last_used_at,
             "error": self.load_error,
         }
+
+
+class EmbedderAPI(Protocol):
+    """What passes and searches need from an embedder (in-process or in the worker)."""
+
+    spec: str
+
+    @property
+    def enabled(self) -> bool: ...
+
+    @property
+    def loaded(self) -> bool: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def unavailable_reason(self) -> str | None: ...
+
+    def query_unavailable_reason(self) -> str | None: ...
+
+    def encode(self, texts: Sequence[str], threads: int | None = None) -> np.ndarray: ...
+
+    def encode_query(self, text: str) -> np.ndarray | None: ...
+
+    def release(self) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+Embedder = LocalEmbedder

@@ -15,7 +15,7 @@ from typing import ClassVar
 from sqlalchemy import Engine
 
 from memoryd.config import Config
-from memoryd.models.embedder import Embedder
+from memoryd.models.embedder import EmbedderAPI
 from memoryd.queue.jobs import Job
 
 
@@ -25,7 +25,7 @@ class PassContext:
 
     engine: Engine
     config: Config
-    embedder: Embedder
+    embedder: EmbedderAPI
     now: Callable[[], float]
     #: Threads a model may use for the current batch (the governor sets 1 when busy).
     threads: int = 2

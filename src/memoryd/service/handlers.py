@@ -15,7 +15,7 @@ from memoryd import PROTOCOL_VERSION, __version__
 from memoryd.clock import utcnow
 from memoryd.config import Config
 from memoryd.errors import InvalidParams, MethodNotFound, NotFound
-from memoryd.models.embedder import Embedder
+from memoryd.models.embedder import EmbedderAPI
 from memoryd.queue import jobs as jobq
 from memoryd.service import validation
 from memoryd.service.committer import GroupCommitter
@@ -45,7 +45,7 @@ class Dispatcher:
     """Routes requests to handlers; reads run on a thread pool, writes go to group commit."""
 
     def __init__(self, cfg: Config, engine: Engine, committer: GroupCommitter,
-                 status: Callable[[], dict[str, Any]], embedder: Embedder):
+                 status: Callable[[], dict[str, Any]], embedder: EmbedderAPI):
         self.cfg = cfg
         self.engine = engine
         self.committer = committer

@@ -1,0 +1,101 @@
+"""The model worker: a child process that holds the models.
+
+The daemon starts it on demand (``python -m memoryd.models.worker --fd N``)
+and talks to it over a socketpair with pickled messages. Running models here
+means the daemon's memory returns to its baseline when the worker exits
+after ``--idle-s`` without requests, and a native crash in torch or
+llama.cpp kills this process, failing one job attempt, not the daemon.
+
+Requests are ``{"id", "op", ...}``; each is answered ``{"id", "ok", "result"}``
+or ``{"id", "ok": False, "error"}``. Requests run on a small thread pool, so a
+search's query encode need not wait behind a pass's batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from typing import Any
+
+
+def serve(conn: Connection, embedder_spec: str, idle_s: float, batch_size: int) -> int:
+    """Answer requests until the parent goes away or we sit idle for ``idle_s``."""
+    from memoryd.models.embedder import LocalEmbedder
+
+    embedder = LocalEmbedder(embedder_spec, batch_size=batch_size)
+    send_lock = threading.Lock()
+    state = {"inflight": 0, "last": time.monotonic()}
+    state_lock = threading.Lock()
+
+    def reply(msg: dict[str, Any]) -> None:
+        with send_lock:
+            conn.send(msg)
+
+    def handle(req: dict[str, Any]) -> None:
+        try:
+            if req["op"] == "embed":
+                vectors = embedder.encode(req["texts"], threads=req.get("threads"))
+                reply({"id": req["id"], "ok": True, "result": vectors})
+            elif req["op"] == "load":
+                embedder.load()
+                reply({"id": req["id"], "ok": True, "result": embedder.path})
+            elif req["op"] == "ping":
+                reply({"id": req["id"], "ok": True, "result": os.getpid()})
+            else:
+                reply({"id": req["id"], "ok": False, "error": f"unknown op {req['op']!r}"})
+        except Exception as exc:  # reported to the caller, who fails its job attempt
+            reply({"id": req["id"], "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+        finally:
+            with state_lock:
+                state["inflight"] -= 1
+                state["last"] = time.monotonic()
+
+    pool = ThreadPoolExecutor(2, thread_name_prefix="worker")
+    while True:
+        if conn.poll(1.0):
+            try:
+                req = conn.recv()
+            except (EOFError, OSError):
+                return 0  # the daemon went away
+            if req.get("op") == "exit":
+                break
+            with state_lock:
+                state["inflight"] += 1
+            pool.submit(handle, req)
+            continue
+        with state_lock:
+            idle = state["inflight"] == 0 and time.monotonic() - state["last"] > idle_s
+        if idle:
+            break
+    pool.shutdown(wait=True)
+    with contextlib.suppress(OSError):
+        reply({"id": None, "ok": True, "result": "bye"})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="memoryd model worker (started by the daemon)")
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--embedder", default="bundled")
+    parser.add_argument("--idle-s", type=float, default=300.0)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    from memoryd.log import configure_logging
+
+    configure_logging(args.log_level, "json")
+    conn = Connection(args.fd)
+    try:
+        return serve(conn, args.embedder, args.idle_s, args.batch_size)
+    finally:
+        conn.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
