@@ -41,9 +41,15 @@ class SocketServer:
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[asyncio.Task[Any]] = set()
         self._sock: socket.socket | None = None
+        #: True once this server bound the file at ``path``; only then may it remove it.
+        self._owns_file = False
 
     async def start(self) -> None:
-        self._sock = self.inherited if self.inherited is not None else bind_unix(self.path)
+        if self.inherited is not None:
+            self._sock = self.inherited
+        else:
+            self._sock = bind_unix(self.path)
+            self._owns_file = True
         self._server = await asyncio.start_unix_server(
             self._on_connect, sock=self._sock, limit=READ_CHUNK
         )
@@ -54,7 +60,9 @@ class SocketServer:
         """Accept no new connections; requests already in flight go on."""
         if self._server is not None:
             self._server.close()
-        if self.inherited is None:
+        # A daemon that failed to bind (another one is serving) must not unlink the live one's file.
+        if self._owns_file:
+            self._owns_file = False
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
 

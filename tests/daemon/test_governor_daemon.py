@@ -1,0 +1,54 @@
+"""The governor in a real daemon: CPU burners make it busy (one small batch at a time), then idle."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import psutil
+import pytest
+
+from tests.integration.harness import DaemonHandle, wait_until
+
+pytestmark = pytest.mark.slow
+
+BURN = "import time\nend = time.time() + 600\nwhile time.time() < end:\n    pass\n"
+
+
+@contextmanager
+def cpu_burners(n: int) -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_cpu_burners_make_the_daemon_busy_then_idle_again(
+        start_daemon: Callable[..., DaemonHandle]) -> None:
+    d = start_daemon(embedder="bundled", config={
+        "governor_interval_s": 0.5, "busy_batch_size": 4, "embed_batch_size": 64,
+        "governor_busy_cpu_percent": 50.0, "governor_idle_cpu_percent": 30.0,
+        "governor_busy_load_per_cpu": 100.0,  # decide on CPU only: load average lags for a minute
+    })
+    assert d.call("daemon.status")["governor"]["state"] in ("idle", "busy")
+    with cpu_burners(psutil.cpu_count() or 2):
+        gov = wait_until(lambda: (g := d.call("daemon.status")["governor"])["state"] == "busy" and g,
+                         timeout_s=30, message="the governor to turn busy")
+        assert "CPU" in gov["reason"]
+        d.call("memory.write_many",
+               {"items": [{"content": f"busy-time note {i}", "agent_id": "a"} for i in range(40)]})
+        status = wait_until(
+            lambda: (s := d.call("daemon.status"))["passes"]["embed"]["processed_total"] >= 8 and s,
+            timeout_s=240, message="embedding to progress while busy")
+        assert status["runner"]["last_plan_state"] == "busy"
+        assert status["runner"]["last_plan"] == [{"pass": "embed", "batch": 4}]
+        assert status["passes"]["embed"]["last_batch_size"] <= 4
+    wait_until(lambda: d.call("daemon.status")["governor"]["state"] == "idle", timeout_s=60,
+               message="the governor to return to idle after the burners stop")
+    wait_until(lambda: d.call("daemon.status")["queues"]["embed"]["ready"] == 0, timeout_s=120,
+               message="the rest of the queue to drain at full speed")
