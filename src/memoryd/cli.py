@@ -455,3 +455,170 @@ def doctor(cfg: Config, as_json: bool, data_dir: str | None, skip_models: bool) 
             if f.fix:
                 console.print(f"{'':>9}fix: {f.fix}")
     sys.exit(EXIT_OK if report["result"] == doc.OK else EXIT_DEGRADED)
+
+
+@main.command()
+@client_options
+@click.argument("memory_id", required=False)
+@click.option("--subject", default=None, metavar="FIELD=VALUE",
+              help="Forget every memory with this owner value, e.g. user_id=alice.")
+@click.option("--reason", default=None, help="Why (kept in the audit log).")
+@click.option("--no-tombstone", is_flag=True, help="Allow the same content to be written again later.")
+def forget(cfg: Config, as_json: bool, memory_id: str | None, subject: str | None, reason: str | None,
+           no_tombstone: bool) -> None:
+    """Erase a memory (or everything of one owner) and keep it from coming back.
+
+    \b
+    Example:
+      memoryd forget mem_01JD3Z8W6KQ2V7N4X9R5T1Y0AB --reason "wrong host"
+      memoryd forget --subject user_id=alice
+    """
+    if (memory_id is None) == (subject is None):
+        raise click.UsageError("give a MEMORY_ID or --subject FIELD=VALUE")
+    params: dict[str, Any] = {"tombstone": not no_tombstone}
+    if memory_id:
+        params["id"] = memory_id
+    else:
+        assert subject is not None
+        field, _, value = subject.partition("=")
+        if not value:
+            raise click.BadParameter("use FIELD=VALUE, e.g. user_id=alice", param_hint="--subject")
+        params["subject"] = {field: value}
+    if reason:
+        params["reason"] = reason
+    result = _call(cfg, "memory.forget", params)
+    if as_json:
+        _print_json(result)
+    else:
+        click.echo(f"forget request {result['request_id']}: {result['matched']} memory(ies) now deleting")
+
+
+@main.group()
+def review() -> None:
+    """Review proposals from the passes (operator socket)."""
+
+
+@review.command("list")
+@client_options
+@click.option("--status", type=click.Choice(["open", "approved", "rejected", "stale"]), default="open",
+              show_default=True)
+@click.option("--limit", type=int, default=50, show_default=True)
+def review_list(cfg: Config, as_json: bool, status: str, limit: int) -> None:
+    """List proposals.
+
+    \b
+    Example:
+      memoryd review list
+    """
+    result = _call(cfg, "review.list", {"status": status, "limit": limit}, admin=True)
+    if as_json:
+        _print_json(result)
+        return
+    from memoryd import statusview
+
+    statusview.print_proposals(result["proposals"])
+
+
+def _memory(cfg: Config, memory_id: str) -> dict[str, Any] | None:
+    from memoryd.service.client import Client, ClientError
+
+    try:
+        with Client(cfg.resolved_socket()) as client:
+            got: dict[str, Any] = client.call("memory.get", {"id": memory_id})
+            return got
+    except ClientError:
+        return None
+
+
+@review.command("show")
+@client_options
+@click.argument("proposal_id")
+def review_show(cfg: Config, as_json: bool, proposal_id: str) -> None:
+    """Show one proposal with a diff of the memories involved.
+
+    \b
+    Example:
+      memoryd review show prp_01JD3Z8W6KQ2V7N4X9R5T1Y0AB
+    """
+    found = None
+    for status in ("open", "approved", "rejected", "stale"):
+        listed = _call(cfg, "review.list", {"status": status, "limit": 1000}, admin=True)["proposals"]
+        found = next((p for p in listed if p["id"] == proposal_id), None)
+        if found:
+            break
+    if found is None:
+        click.echo(f"Error: no proposal {proposal_id}; see `memoryd review list`", err=True)
+        sys.exit(EXIT_ERROR)
+    rows = {mid: _memory(cfg, mid) for mid in found["memory_ids"]}
+    if as_json:
+        _print_json({"proposal": found, "memories": rows})
+        return
+    from memoryd import statusview
+
+    statusview.print_proposal(found, rows)
+
+
+def _decide(cfg: Config, as_json: bool, proposal_id: str, decision: str, note: str | None) -> None:
+    params: dict[str, Any] = {"id": proposal_id, "decision": decision}
+    if note:
+        params["note"] = note
+    result = _call(cfg, "review.decide", params, admin=True)
+    if as_json:
+        _print_json(result)
+    else:
+        click.echo(f"{proposal_id}: {decision}d" + (f" → {result}" if len(result) > 2 else ""))
+
+
+@review.command("approve")
+@client_options
+@click.argument("proposal_id")
+@click.option("--note", default=None, help="Kept with the decision.")
+def review_approve(cfg: Config, as_json: bool, proposal_id: str, note: str | None) -> None:
+    """Approve a proposal: apply the supersession, merge or promotion.
+
+    \b
+    Example:
+      memoryd review approve prp_01JD3Z8W6KQ2V7N4X9R5T1Y0AB
+    """
+    _decide(cfg, as_json, proposal_id, "approve", note)
+
+
+@review.command("reject")
+@client_options
+@click.argument("proposal_id")
+@click.option("--note", default=None, help="Kept with the decision.")
+def review_reject(cfg: Config, as_json: bool, proposal_id: str, note: str | None) -> None:
+    """Reject a proposal; it is never raised again (a rejected candidate is tombstoned).
+
+    \b
+    Example:
+      memoryd review reject prp_01JD3Z8W6KQ2V7N4X9R5T1Y0AB --note "both are true"
+    """
+    _decide(cfg, as_json, proposal_id, "reject", note)
+
+
+@main.group()
+def audit() -> None:
+    """Inspect the audit log (operator socket)."""
+
+
+@audit.command("verify")
+@client_options
+def audit_verify(cfg: Config, as_json: bool) -> None:
+    """Check the audit log's hash chain; report the first broken event.
+
+    Exit code 0 when the chain verifies, 1 when it is broken.
+
+    \b
+    Example:
+      memoryd audit verify
+    """
+    result = _call(cfg, "audit.verify", {}, admin=True)
+    if as_json:
+        _print_json(result)
+    elif result["ok"]:
+        click.echo(f"audit chain verified: {result['events']} events")
+    else:
+        click.echo(f"audit chain BROKEN at event seq {result['first_break_seq']} "
+                   f"({result['events']} events verify before it)")
+    sys.exit(EXIT_OK if result["ok"] else EXIT_DEGRADED)

@@ -119,3 +119,35 @@ def print_jobs(jobs: list[dict[str, Any]]) -> None:
         table.add_row(str(j["id"]), j["pass"], j["target"], j["state"],
                       f"{j['attempts']}/{j['max_attempts']}", (j.get("last_error") or "")[:80])
     console.print(table)
+
+
+def print_proposals(items: list[dict[str, Any]]) -> None:
+    table = Table()
+    for col in ("id", "kind", "memories", "reason", "by", "created"):
+        table.add_column(col, overflow="fold")
+    for p in items:
+        table.add_row(p["id"], p["kind"], "\n".join(p["memory_ids"]), p["reason"], p["created_by"],
+                      p["created_at"])
+    console.print(table)
+
+
+def print_proposal(p: dict[str, Any], rows: dict[str, dict[str, Any] | None]) -> None:
+    """A proposal and a line diff of the memories it involves."""
+    import difflib
+
+    console.print(f"[bold]{p['id']}[/bold]  {p['kind']}  ({p['status']})  by {p['created_by']}")
+    console.print(f"reason: {p['reason']}")
+    texts = []
+    for mid in p["memory_ids"]:
+        row = rows.get(mid)
+        content = (row or {}).get("content") or "(gone)"
+        status = (row or {}).get("status", "?")
+        console.print(f"  {mid}  [{status}]  recorded {(row or {}).get('recorded_at', '-')}")
+        texts.append(content)
+    if p["payload"].get("merged_text"):
+        texts.append(p["payload"]["merged_text"])
+    if len(texts) >= 2:
+        for line in difflib.unified_diff(texts[0].split(), texts[-1].split(), "first", "proposed"
+                                         if p["payload"].get("merged_text") else "second", lineterm="", n=50):
+            style = "green" if line.startswith("+") else "red" if line.startswith("-") else ""
+            console.print(Text(line, style=style))

@@ -7,7 +7,7 @@ import os
 import secrets
 import signal
 import time
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,8 @@ from sqlalchemy import Engine
 from memoryd import __version__
 from memoryd.clock import utcnow
 from memoryd.config import Config
+from memoryd.daemon import schedules, systemd
 from memoryd.daemon import status as status_mod
-from memoryd.daemon import systemd
 from memoryd.daemon.governor import IDLE, Governor, HostProbe, Thresholds
 from memoryd.daemon.lock import DataDirLock
 from memoryd.daemon.runner import PassRunner
@@ -126,6 +126,12 @@ class Daemon:
         self.scheduler.add_job(self._sample_governor, "interval",
                                seconds=self.cfg.governor_interval_s, id="governor.sample",
                                coalesce=True, max_instances=1)
+        # Time-driven passes: a generous misfire grace and coalescing mean a
+        # machine that slept runs the check once on wake; enqueue_due decides
+        # from stored times, so each due pass then runs exactly once.
+        self.scheduler.add_job(self._enqueue_time_driven, "interval", seconds=self.cfg.tick_interval_s,
+                               id="schedules.tick", coalesce=True, max_instances=1,
+                               misfire_grace_time=7 * 86400, next_run_time=datetime.now(UTC))
         self.scheduler.add_job(self._prune, "interval", seconds=self.cfg.prune_interval_s,
                                id="queue.prune", coalesce=True, max_instances=1,
                                misfire_grace_time=3600)
@@ -203,6 +209,17 @@ class Daemon:
             log.info("governor.changed", from_state=before, to_state=after.state, reason=after.reason)
             if after.state == IDLE and self.runner is not None:
                 self.runner.wakeup()
+
+    def _enqueue_time_driven(self) -> None:
+        assert self.engine is not None and self.runner is not None
+        intervals = {p.name: float(getattr(self.cfg, p.schedule_key))
+                     for p in self.passes.values() if p.schedule_key and p.implemented}
+        with self.engine.begin() as conn:
+            due = schedules.enqueue_due(conn, intervals, now=time.time(),
+                                        max_attempts=self.cfg.job_max_attempts)
+        if due:
+            log.info("schedules.enqueued", passes=due)
+            self.runner.wakeup()
 
     def _prune(self) -> None:
         assert self.engine is not None

@@ -68,6 +68,8 @@ class PassRunner:
         self._thread: threading.Thread | None = None
         self._cycle = 0
         self._current: list[Job] = []
+        #: pass -> epoch seconds until which it is not run (it raised PassUnavailable).
+        self._cooldown: dict[str, float] = {}
 
     # -- control ----------------------------------------------------------
     def start(self) -> None:
@@ -110,8 +112,10 @@ class PassRunner:
                     self._stopping.wait(self.ctx.config.busy_pause_s)
 
     def runnable(self) -> dict[str, bool]:
+        now = self.ctx.now()
         return {
             name: p.consumes == "queue" and p.unavailable_reason(self.ctx) is None
+            and self._cooldown.get(name, 0.0) <= now
             for name, p in self.passes.items()
         }
 
@@ -168,6 +172,9 @@ class PassRunner:
             stats.last_error = str(exc)
             with self.ctx.engine.begin() as conn:
                 jobq.release(conn, batch, now=self.ctx.now())
+            # The released jobs are due at once: rest the pass, or the loop would
+            # claim and release them without pause.
+            self._cooldown[p.name] = self.ctx.now() + self.ctx.config.backoff_base_s
             log.warning("pass.unavailable", pass_=p.name, reason=str(exc))
             return False
         except Exception as exc:
@@ -207,9 +214,13 @@ class PassRunner:
         except Exception as exc:
             log.warning("runner.next_due_failed", error=repr(exc))
             return 5.0
+        now = self.ctx.now()
+        rested = [until for until in self._cooldown.values() if until > now]
+        if rested:
+            due = min(rested) if due is None else min(due, min(rested))
         if due is None:
             return MAX_SLEEP_S
-        return max(0.0, min(MAX_SLEEP_S, due - self.ctx.now() + 0.01))
+        return max(0.0, min(MAX_SLEEP_S, due - now + 0.01))
 
     def status(self) -> dict[str, dict[str, Any]]:
         out = {}

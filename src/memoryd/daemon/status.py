@@ -7,13 +7,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import make_url
 
 from memoryd import __version__
 from memoryd.queue import jobs as jobq
 from memoryd.store import memories as mem
+from memoryd.store import proposals
 from memoryd.store.engine import read_only
+from memoryd.store.schema import forget_requests
 
 QUEUE_ZERO = {"ready": 0, "failed": 0, "leased": 0, "dead": 0, "oldest_ready_age_s": None}
 
@@ -39,6 +41,9 @@ def snapshot(engine: Engine, started_at: float, passes: list[str],
     with read_only(engine) as conn:
         counts = mem.count_by_status(conn)
         queues = jobq.stats(conn, now=now)
+        reviews_open = proposals.count_open(conn)
+        forgets_pending = int(conn.execute(select(func.count()).select_from(forget_requests)
+                                           .where(forget_requests.c.status == "pending")).scalar_one())
     queues = {name: {**QUEUE_ZERO, **queues.get(name, {})} for name in passes} | queues
     problems = []
     dead = sum(q["dead"] for q in queues.values())
@@ -62,6 +67,7 @@ def snapshot(engine: Engine, started_at: float, passes: list[str],
         "passes": pass_status,
         "governor": governor,
         "models": models,
-        "reviews_open": 0,
+        "reviews_open": reviews_open,
+        "forget_requests_pending": forgets_pending,
         **extra,
     }

@@ -54,8 +54,10 @@ class Pass(ABC):
     implemented: ClassVar[bool] = True
     #: Runs a model (paused under memory or battery pressure).
     model_backed: ClassVar[bool] = False
-    #: Jobs per batch when the machine is idle; 0 means use the config's value.
+    #: Jobs per batch when the machine is idle.
     batch_size: ClassVar[int] = 32
+    #: For time-driven passes: the config key of the interval at which a ``tick`` job is enqueued.
+    schedule_key: ClassVar[str | None] = None
 
     def unavailable_reason(self, ctx: PassContext) -> str | None:
         """Why this pass cannot run now (its jobs wait), or None."""

@@ -31,5 +31,3 @@ ClassifyPass = planned("classify", "queue", True, "Resolves kind 'auto' into a c
 ExtractPass = planned("extract", "queue", True, "Finds entities and grounded atomic facts.")
 ConsolidatePass = planned("consolidate", "queue", False, "Collapses duplicates; proposes merges.")
 ReflectPass = planned("reflect", "queue", True, "Proposes supersessions for contradictions.")
-DecayPass = planned("decay", "schedule", False, "Decays importance with age since last access.")
-RetentionPass = planned("retention", "schedule", False, "Expires session rows; erases forgotten ones.")

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 from memoryd.passes.base import Pass
+from memoryd.passes.decay import DecayPass
 from memoryd.passes.embed import EmbedPass
-from memoryd.passes.planned import (
-    ClassifyPass,
-    ConsolidatePass,
-    DecayPass,
-    ExtractPass,
-    ReflectPass,
-    RetentionPass,
-)
+from memoryd.passes.planned import ClassifyPass, ConsolidatePass, ExtractPass, ReflectPass
+from memoryd.passes.retention import RetentionPass
 
 PASS_CLASSES: tuple[type[Pass], ...] = (
     EmbedPass,
@@ -34,6 +29,10 @@ def build_passes() -> dict[str, Pass]:
     return passes
 
 
+#: Passes a new memory is enqueued for at write time (others chain from them).
+ON_WRITE = ("embed", "classify", "extract")
+
+
 def write_passes(passes: dict[str, Pass]) -> list[str]:
-    """Queue-driven, implemented passes a new memory is enqueued for."""
-    return [p.name for p in passes.values() if p.implemented and p.consumes == "queue"]
+    """Implemented passes a new memory is enqueued for."""
+    return [name for name in ON_WRITE if name in passes and passes[name].implemented]

@@ -161,12 +161,17 @@ def release_owner(conn: Connection, owner: str, *, now: float) -> int:
     """At start: return every lease held by this daemon's previous life to ready.
 
     The attempt stays counted: a job that crashed the daemon must still reach
-    ``max_attempts`` and go dead instead of crashing it forever.
+    ``max_attempts`` and go dead instead of crashing it forever, so a job whose
+    attempts are spent goes dead here (claim only retires *expired* leases).
     """
+    spent = jobs.c.attempts >= jobs.c.max_attempts
     return conn.execute(
         update(jobs).where(jobs.c.state == "leased", jobs.c.lease_owner == owner).values(
-            state="ready", lease_owner=None, lease_token=None, lease_until=None, updated_at=now,
-            run_after=now,
+            state=case((spent, "dead"), else_="ready"),
+            last_error=case((spent, func.coalesce(jobs.c.last_error, "the worker died holding the lease")),
+                            else_=jobs.c.last_error),
+            finished_at=case((spent, now), else_=jobs.c.finished_at),
+            lease_owner=None, lease_token=None, lease_until=None, updated_at=now, run_after=now,
         )
     ).rowcount
 

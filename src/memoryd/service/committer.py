@@ -113,14 +113,14 @@ class GroupCommitter:
             self.batches += 1 if units else 0
             self.units += len(units)
             enqueued = False
-            for (_, fut), outcome in zip(batch, outcomes, strict=True):
+            for (unit, fut), outcome in zip(batch, outcomes, strict=True):
                 if fut.done():
                     continue
                 if isinstance(outcome, MemorydError):
                     fut.set_exception(outcome)
                 else:
                     fut.set_result(outcome)
-                    enqueued = enqueued or any(r.get("queued") for r in outcome)
+                    enqueued = enqueued or unit.queued_work(outcome)
             if enqueued:
                 self.on_commit()
             self._idle.set()

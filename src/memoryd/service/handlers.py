@@ -7,9 +7,10 @@ import os
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from memoryd import PROTOCOL_VERSION, __version__
 from memoryd.clock import utcnow
@@ -19,10 +20,12 @@ from memoryd.models.embedder import EmbedderAPI
 from memoryd.queue import jobs as jobq
 from memoryd.service import validation
 from memoryd.service.committer import GroupCommitter
-from memoryd.store import audit, search
+from memoryd.store import audit, lifecycle, links, proposals, review, search
 from memoryd.store import memories as mem
 from memoryd.store.engine import read_only
 from memoryd.store.ids import is_memory_id
+from memoryd.store.memories import WriteContext
+from memoryd.store.schema import OWNER_FIELDS
 from memoryd.store.scope import missing_key_notice
 from memoryd.store.writes import WriteUnit
 
@@ -57,6 +60,8 @@ class Dispatcher:
             "memory.write_many": self.memory_write_many,
             "memory.get": self.memory_get,
             "memory.search": self.memory_search,
+            "memory.supersede": self.memory_supersede,
+            "memory.forget": self.memory_forget,
             "daemon.ping": self.ping,
             "daemon.status": self.status,
         }
@@ -64,6 +69,9 @@ class Dispatcher:
             **self.agent_methods,
             "queue.list": self.queue_list,
             "queue.retry": self.queue_retry,
+            "review.list": self.review_list,
+            "review.decide": self.review_decide,
+            "audit.verify": self.audit_verify,
         }
 
     def table(self, admin: bool) -> dict[str, Handler]:
@@ -110,9 +118,9 @@ class Dispatcher:
             if "history" in include:
                 out["history"] = audit.events_for(conn, memory_id)
             if "citations" in include:
-                out["citations"] = []  # derived memories arrive with the extract pass
+                out["citations"] = links.targets(conn, memory_id, links.CITES)
             if "links" in include:
-                out["links"] = []
+                out["links"] = links.all_for(conn, memory_id)
             return out
 
     async def memory_search(self, params: dict[str, Any], peer: Peer) -> Any:
@@ -143,6 +151,71 @@ class Dispatcher:
             results.append(public)
         return {"results": results, "mode_used": outcome.mode_used,
                 "notices": notices + outcome.notices}
+
+    async def memory_supersede(self, params: dict[str, Any], peer: Peer) -> Any:
+        old_id, new_id, reader, reason, write_params = validation.parse_supersede(params)
+        cfg = self.cfg
+
+        def op(conn: Connection, now: datetime, ctx: WriteContext) -> Any:
+            new = None
+            if new_id is None:
+                old = lifecycle.get_row(conn, old_id) if is_memory_id(old_id) else None
+                if old is None:
+                    raise NotFound(f"no memory with id {old_id!r}", data={"field": "old_id"})
+                inherited: dict[str, Any] = {"scope": old.scope, "kind": old.kind}
+                inherited.update({f: getattr(old, f) for f in OWNER_FIELDS if getattr(old, f)})
+                new = validation.parse_write({**inherited, **write_params}, cfg)
+            req = lifecycle.SupersedeRequest(old_id=old_id, new_id=new_id, new=new, reader=reader,
+                                             reason=reason)
+            return lifecycle.supersede(conn, req, now, ctx)
+
+        return await self.committer.submit(WriteUnit([], peer.actor, op=op, wakes_runner=True))
+
+    async def memory_forget(self, params: dict[str, Any], peer: Peer) -> Any:
+        memory_id, subject, reason, tombstone = validation.parse_forget(params)
+        max_attempts = self.cfg.job_max_attempts
+
+        def op(conn: Connection, now: datetime, ctx: WriteContext) -> Any:
+            return lifecycle.forget(conn, memory_id=memory_id, subject=subject, reason=reason,
+                                    tombstone=tombstone, now=now, actor=ctx.actor,
+                                    max_attempts=max_attempts)
+
+        return await self.committer.submit(WriteUnit([], peer.actor, op=op, wakes_runner=True))
+
+    # -- review.* and audit (operator socket) -----------------------------------
+    async def review_list(self, params: dict[str, Any], peer: Peer) -> Any:
+        validation.check_known(params, {"status", "limit"})
+        status = validation._enum(params, "status", ("open", "approved", "rejected", "stale"), "open")
+        limit = validation.int_param(params, "limit", 50, 1, 1000)
+
+        def run() -> Any:
+            with read_only(self.engine) as conn:
+                return {"proposals": proposals.list_(conn, status or "open", limit)}
+
+        return await self._read(run)
+
+    async def review_decide(self, params: dict[str, Any], peer: Peer) -> Any:
+        validation.check_known(params, {"id", "decision", "note"})
+        proposal_id = validation.opt_str(params, "id", 64)
+        if proposal_id is None:
+            raise InvalidParams("id", "is required")
+        decision = validation._enum(params, "decision", ("approve", "reject"), None)
+        if decision is None:
+            raise InvalidParams("decision", "is required: 'approve' or 'reject'")
+        note = validation.opt_str(params, "note", 2000)
+
+        def op(conn: Connection, now: datetime, ctx: WriteContext) -> Any:
+            return review.decide(conn, proposal_id, decision, note, now, ctx)
+
+        return await self.committer.submit(WriteUnit([], f"operator:{peer.actor}", op=op))
+
+    async def audit_verify(self, params: dict[str, Any], peer: Peer) -> Any:
+        def run() -> Any:
+            with read_only(self.engine) as conn:
+                checked, broken = audit.verify(conn)
+            return {"ok": broken is None, "events": checked, "first_break_seq": broken}
+
+        return await self._read(run)
 
     # -- daemon.* ---------------------------------------------------------------
     async def ping(self, params: dict[str, Any], peer: Peer) -> Any:

@@ -193,3 +193,56 @@ def parse_get(params: Mapping[str, Any]) -> tuple[str, list[str]]:
     if not isinstance(include, list) or any(i not in allowed for i in include):
         raise InvalidParams("include", f"must be a list of {list(allowed)}")
     return memory_id, include
+
+
+def check_known(params: Mapping[str, Any], allowed: set[str]) -> None:
+    """Refuse unknown parameters (a typo must not be silently ignored)."""
+    _unknown(params, allowed)
+
+
+def int_param(params: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = params.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidParams(name, f"must be an integer from {low} to {high}")
+    return value
+
+
+def parse_supersede(params: Mapping[str, Any]) -> tuple[str, str | None, Reader, str | None, dict[str, Any]]:
+    """Validate memory.supersede: (old_id, new_id, caller's keys, reason, new row's write params)."""
+    _unknown(params, WRITE_PARAMS | {"old_id", "new_id", "reason"})
+    old_id = params.get("old_id")
+    if not isinstance(old_id, str) or not old_id:
+        raise InvalidParams("old_id", "is required and must be a string")
+    new_id = params.get("new_id")
+    has_content = "content" in params
+    if (new_id is None) == (not has_content):
+        raise InvalidParams("new_id", "give exactly one of new_id or content")
+    if new_id is not None and (not isinstance(new_id, str) or not new_id):
+        raise InvalidParams("new_id", "must be a string")
+    reason = opt_str(params, "reason", 2000)
+    reader = Reader(**{name: opt_str(params, name) for name in OWNER_FIELDS})
+    write_params = {k: v for k, v in params.items() if k in WRITE_PARAMS}
+    return old_id, new_id, reader, reason, write_params
+
+
+def parse_forget(params: Mapping[str, Any]) -> tuple[str | None, dict[str, str] | None, str | None, bool]:
+    """Validate memory.forget: (id, subject, reason, tombstone)."""
+    _unknown(params, {"id", "subject", "reason", "tombstone"})
+    memory_id = params.get("id")
+    subject = params.get("subject")
+    if (memory_id is None) == (subject is None):
+        raise InvalidParams("id", "give exactly one of id or subject")
+    if memory_id is not None and (not isinstance(memory_id, str) or not memory_id):
+        raise InvalidParams("id", "must be a string")
+    parsed_subject = None
+    if subject is not None:
+        if not isinstance(subject, dict) or len(subject) != 1:
+            raise InvalidParams("subject", f"must be an object with exactly one of {list(OWNER_FIELDS)}")
+        (field, value), = subject.items()
+        if field not in OWNER_FIELDS or not isinstance(value, str) or not value:
+            raise InvalidParams("subject", f"must name one of {list(OWNER_FIELDS)} with a non-empty string")
+        parsed_subject = {field: value}
+    tombstone = params.get("tombstone", True)
+    if not isinstance(tombstone, bool):
+        raise InvalidParams("tombstone", "must be true or false")
+    return memory_id, parsed_subject, opt_str(params, "reason", 2000), tombstone

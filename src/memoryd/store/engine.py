@@ -83,3 +83,23 @@ def read_only(engine: Engine) -> Iterator[Connection]:
 
 def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
+
+
+def checkpoint_wal(engine: Engine) -> tuple[int, int, int] | None:
+    """Copy the WAL into the database and truncate it (SQLite only).
+
+    Returns (busy, wal pages, checkpointed pages); busy = 1 means a reader
+    held it back and the next checkpoint will finish the job.
+    """
+    if not is_sqlite(engine):
+        return None
+    raw = engine.raw_connection()
+    try:
+        dbapi = raw.driver_connection
+        assert dbapi is not None
+        row = dbapi.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        raw.close()
+    if row and row[0]:
+        log.warning("store.checkpoint_busy", wal_pages=row[1], done=row[2])
+    return (int(row[0]), int(row[1]), int(row[2])) if row else None

@@ -22,6 +22,11 @@ def new_memory_id(now_ms: int | None = None) -> str:
     return PREFIX + "".join(reversed(chars))
 
 
+def new_id(prefix: str) -> str:
+    """An id of another kind of object (``prp_``, ``fgt_``), same shape as memory ids."""
+    return prefix + new_memory_id()[len(PREFIX):]
+
+
 def is_memory_id(text: object) -> bool:
     """Whether ``text`` has the shape of a memory id (malformed ids answer 1002)."""
     return isinstance(text, str) and bool(_ID_RE.match(text))

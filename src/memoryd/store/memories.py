@@ -101,7 +101,7 @@ def write_memory(conn: Connection, req: NewMemory, now: datetime, ctx: WriteCont
         )
 
     dup = conn.execute(
-        select(memories.c.id, memories.c.recorded_at).where(
+        select(memories.c.id, memories.c.recorded_at, memories.c.corroboration).where(
             memories.c.scope == req.scope,
             memories.c.owner == req.owner,
             memories.c.content_hash == chash,
@@ -109,6 +109,12 @@ def write_memory(conn: Connection, req: NewMemory, now: datetime, ctx: WriteCont
         ).limit(1)
     ).first()
     if dup is not None:
+        # Another independent write of the same content: it corroborates the row.
+        conn.execute(update(memories).where(memories.c.id == dup.id)
+                     .values(corroboration=memories.c.corroboration + 1))
+        audit.append(conn, at=to_rfc3339(now), actor=ctx.actor, action="memory.corroborate",
+                     memory_id=dup.id, detail={"before": {"corroboration": dup.corroboration},
+                                               "after": {"corroboration": dup.corroboration + 1}})
         result: dict[str, Any] = {
             "id": dup.id,
             "recorded_at": dup.recorded_at,
@@ -204,7 +210,7 @@ def request_hash(params: dict[str, Any]) -> str:
 PUBLIC_FIELDS = (
     "id", "content", "kind", "scope", "agent_id", "user_id", "project", "session_id", "status",
     "importance", "importance_raw", "access_count", "last_accessed_at", "valid_from", "valid_to",
-    "recorded_at", "retired_at", "expires_at", "metadata", "derived",
+    "recorded_at", "retired_at", "expires_at", "metadata", "derived", "corroboration",
 )
 
 

@@ -64,6 +64,8 @@ memories = Table(
     Column("expires_at", String(32)),
     Column("derived", Boolean, nullable=False, server_default=text("0")),
     Column("metadata", JSON, nullable=False),
+    # Independent writes of the same content in the same scope (duplicates collapse into it).
+    Column("corroboration", Integer, nullable=False, server_default=text("1")),
     Index("ix_memories_identity", "scope", "owner", "content_hash"),
     Index("ix_memories_status", "status"),
     Index("ix_memories_recorded_at", "recorded_at"),
@@ -157,4 +159,54 @@ meta = Table(
     metadata,
     Column("key", String(64), primary_key=True),
     Column("value", Text, nullable=False),
+)
+
+#: Directed links between memories: supersedes (new -> old), merged_into
+#: (old -> merged), cites (derived -> source).
+memory_links = Table(
+    "memory_links",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("src_id", String(32), nullable=False),
+    Column("dst_id", String(32), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("created_at", String(32), nullable=False),
+    UniqueConstraint("src_id", "dst_id", "kind", name="uq_link"),
+    Index("ix_links_src", "src_id", "kind"),
+    Index("ix_links_dst", "dst_id", "kind"),
+)
+
+#: Changes a pass proposes and an operator decides (review.list / review.decide).
+proposals = Table(
+    "proposals",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("kind", String(16), nullable=False),  # supersede | merge | promote
+    Column("memory_ids", JSON, nullable=False),
+    # Identity of the proposal (kind + the rows involved): a decided pair is never raised again.
+    Column("pair_key", String(64), nullable=False, unique=True),
+    Column("reason", Text, nullable=False),
+    Column("payload", JSON, nullable=False),
+    Column("status", String(16), nullable=False),  # open | approved | rejected | stale
+    Column("created_at", String(32), nullable=False),
+    Column("created_by", String(64), nullable=False),
+    Column("decided_at", String(32)),
+    Column("decided_by", String(256)),
+    Column("note", Text),
+    Index("ix_proposals_status", "status"),
+)
+
+#: memory.forget requests: durably queued before the reply, erased by the retention pass.
+forget_requests = Table(
+    "forget_requests",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("subject", JSON, nullable=False),
+    Column("memory_ids", JSON, nullable=False),
+    Column("reason", Text),
+    Column("tombstone", Boolean, nullable=False),
+    Column("matched", Integer, nullable=False),
+    Column("status", String(16), nullable=False),  # pending | done
+    Column("created_at", String(32), nullable=False),
+    Column("finished_at", String(32)),
 )

@@ -8,13 +8,13 @@ ride along in the same transaction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import structlog
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from memoryd.errors import MemorydError, StoreUnavailable
@@ -22,15 +22,25 @@ from memoryd.store.memories import NewMemory, WriteContext, record_access, write
 
 log = structlog.get_logger(__name__)
 
-UnitOutcome = list[dict[str, Any]] | MemorydError
+UnitOutcome = Any  # a unit's result, or the MemorydError that refused it
+UnitOp = Callable[[Connection, datetime, WriteContext], Any]
 
 
 @dataclass
 class WriteUnit:
-    """One caller's request: its memories and who sent them."""
+    """One caller's request: its memories (or another mutation) and who sent it."""
 
     items: Sequence[NewMemory]
     actor: str
+    #: A mutation other than writing ``items`` (supersede, forget, review decision).
+    op: UnitOp | None = None
+    #: Whether committing ``op`` queues work for the pass runner.
+    wakes_runner: bool = False
+
+    def queued_work(self, outcome: Any) -> bool:
+        if self.op is not None:
+            return self.wakes_runner
+        return any(r.get("queued") for r in outcome)
 
 
 def store_error(exc: BaseException) -> StoreUnavailable:
@@ -64,7 +74,10 @@ def commit_units(engine: Engine, units: Sequence[WriteUnit], ctx: WriteContext, 
                                         idempotency_ttl_s=ctx.idempotency_ttl_s)
                 try:
                     with conn.begin_nested():
-                        outcomes.append([write_memory(conn, item, now, unit_ctx) for item in unit.items])
+                        if unit.op is not None:
+                            outcomes.append(unit.op(conn, now, unit_ctx))
+                        else:
+                            outcomes.append([write_memory(conn, item, now, unit_ctx) for item in unit.items])
                 except MemorydError as exc:
                     outcomes.append(exc)
             if access:

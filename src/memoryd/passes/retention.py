@@ -1,0 +1,67 @@
+"""The retention pass: erasures requested by memory.forget, and the periodic sweep.
+
+Reads: forget requests (job target ``forget:<id>``); on ``tick``, rows past
+their ttl or the session window and archived rows past the archive window.
+Writes: erased rows (text, FTS entries, vectors, idempotency rows, derived
+rows citing only them), archived or hard-deleted rows, audit events, and the
+job's completion, in one transaction per job. Running it twice changes
+nothing: an erased row is skipped, a done request is done.
+
+After an erasure it checkpoints the WAL (TRUNCATE), so the erased text is
+gone from the -wal file as well as from the database pages (secure_delete).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import ClassVar
+
+import structlog
+
+from memoryd.errors import StaleLease
+from memoryd.passes.base import Pass, PassContext, PassResult
+from memoryd.queue import jobs as jobq
+from memoryd.queue.jobs import Job
+from memoryd.store import lifecycle
+from memoryd.store.engine import checkpoint_wal
+
+log = structlog.get_logger(__name__)
+
+FORGET_PREFIX = "forget:"
+TICK = "tick"
+
+
+class RetentionPass(Pass):
+    name: ClassVar[str] = "retention"
+    batch_size: ClassVar[int] = 16
+    schedule_key: ClassVar[str | None] = "retention_interval_s"
+
+    def run(self, batch: list[Job], ctx: PassContext) -> PassResult:
+        result = PassResult()
+        erased_any = False
+        actor = f"pass:{self.name}"
+        for job in batch:
+            now_epoch = ctx.now()
+            now = datetime.fromtimestamp(now_epoch, UTC)
+            try:
+                with ctx.engine.begin() as conn:
+                    jobq.complete(conn, job, now=now_epoch)
+                    if job.target.startswith(FORGET_PREFIX):
+                        n = lifecycle.finish_forget_request(conn, job.target[len(FORGET_PREFIX):], now, actor)
+                        erased_any |= n > 0
+                    elif job.target == TICK:
+                        cfg = ctx.config
+                        expired = lifecycle.expire(conn, now, session_ttl_s=cfg.session_ttl_s,
+                                                   limit=cfg.retention_batch, actor=actor)
+                        purged = lifecycle.purge_archived(conn, now, window_s=cfg.archive_window_s,
+                                                          limit=cfg.retention_batch, actor=actor)
+                        erased_any |= purged > 0
+                        if expired or purged:
+                            log.info("retention.sweep", expired=expired, purged=purged)
+            except StaleLease:
+                result.stale += 1
+                continue
+            result.processed += 1
+        if erased_any:
+            checkpoint_wal(ctx.engine)
+        return result

@@ -1,0 +1,267 @@
+"""Correction and removal: supersede, forget (mark + tombstone), erase, expire, purge.
+
+Every function runs inside the caller's write transaction and appends its
+audit events there, so a change and its record commit together or not at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, delete, select, update
+
+from memoryd.clock import to_rfc3339
+from memoryd.errors import Conflict, Forbidden, InvalidParams, NotFound
+from memoryd.queue import jobs as jobq
+from memoryd.store import audit, links
+from memoryd.store.ids import is_memory_id, new_id
+from memoryd.store.memories import NewMemory, WriteContext, add_tombstone, get_row, write_memory
+from memoryd.store.schema import LIVE_STATUSES, forget_requests, idempotency_keys, memories
+from memoryd.store.scope import Reader
+
+#: Statuses that still hold their text (anything but deleting/forgotten).
+TEXT_STATUSES = ("active", "candidate", "superseded", "rejected", "archived")
+
+
+def _live_row(conn: Connection, memory_id: str, field: str) -> Any:
+    if not is_memory_id(memory_id):
+        raise NotFound(f"no memory with id {memory_id!r}", data={"field": field})
+    row = get_row(conn, memory_id)
+    if row is None:
+        raise NotFound(f"no memory with id {memory_id!r}", data={"field": field})
+    return row
+
+
+def _check_owner(row: Any, reader: Reader, field: str) -> None:
+    if row.scope != "org" and reader.key_for(row.scope) != row.owner:
+        raise Forbidden(
+            f"memory {row.id} belongs to another {row.scope} owner; pass its "
+            f"{'agent_id' if row.scope == 'agent' else row.scope + ' key'} to change it",
+            data={"field": field},
+        )
+
+
+@dataclass
+class SupersedeRequest:
+    old_id: str
+    reader: Reader
+    reason: str | None = None
+    new_id: str | None = None
+    new: NewMemory | None = None  # content + write params (owner fields inherited by the handler)
+
+
+def supersede(conn: Connection, req: SupersedeRequest, now: datetime, ctx: WriteContext) -> dict[str, Any]:
+    """Close ``old`` and link the new row to it, exactly once (a compare-and-set).
+
+    Raises NotFound, Forbidden (another owner, or a scope change), or
+    Conflict when the old row is no longer live (a lost race); the caller's
+    savepoint then leaves no orphan new row behind.
+    """
+    old = _live_row(conn, req.old_id, "old_id")
+    _check_owner(old, req.reader, "old_id")
+    if old.status not in LIVE_STATUSES:
+        raise Conflict(f"memory {old.id} is {old.status}, not live; it cannot be superseded again",
+                       data={"field": "old_id"})
+    stamp = to_rfc3339(now)
+    if req.new_id is not None:
+        new = _live_row(conn, req.new_id, "new_id")
+        if new.id == old.id:
+            raise InvalidParams("new_id", "must differ from old_id")
+        if (new.scope, new.owner) != (old.scope, old.owner):
+            raise Forbidden("the new memory must have the old one's scope and owner",
+                            data={"field": "new_id"})
+        if new.status not in LIVE_STATUSES:
+            raise Conflict(f"memory {new.id} is {new.status}, not live", data={"field": "new_id"})
+        new_id, valid_from = new.id, new.valid_from
+    else:
+        assert req.new is not None
+        if (req.new.scope, req.new.owner) != (old.scope, old.owner):
+            raise Forbidden("a superseding memory may not change scope or owner", data={"field": "scope"})
+        result = write_memory(conn, req.new, now, ctx)
+        if result["id"] == old.id:
+            raise Conflict("the new content is identical to the old memory", data={"field": "content"})
+        new_id = result["id"]
+        valid_from = conn.execute(select(memories.c.valid_from).where(memories.c.id == new_id)).scalar_one()
+    closed = conn.execute(
+        update(memories)
+        .where(memories.c.id == old.id, memories.c.status.in_(LIVE_STATUSES))
+        .values(status="superseded", valid_to=valid_from, retired_at=stamp)
+    ).rowcount
+    if closed != 1:
+        raise Conflict(f"memory {old.id} was superseded concurrently", data={"field": "old_id"})
+    links.add(conn, new_id, old.id, links.SUPERSEDES, stamp)
+    audit.append(conn, at=stamp, actor=ctx.actor, action="memory.supersede", memory_id=old.id,
+                 detail={"before": {"status": old.status, "valid_to": old.valid_to, "retired_at": None},
+                         "after": {"status": "superseded", "valid_to": valid_from, "retired_at": stamp},
+                         "new_id": new_id, "reason": req.reason})
+    return {"old_id": old.id, "new_id": new_id}
+
+
+def forget(conn: Connection, *, memory_id: str | None, subject: dict[str, str] | None,
+           reason: str | None, tombstone: bool, now: datetime, actor: str,
+           max_attempts: int) -> dict[str, Any]:
+    """Mark matching rows ``deleting``, lay their tombstones, and queue the erasure.
+
+    All in the caller's transaction, so the reply means the erasure is durably
+    queued and a rewrite of the same content is already refused.
+    """
+    stamp = to_rfc3339(now)
+    if memory_id is not None:
+        rows = [_live_row(conn, memory_id, "id")]
+    else:
+        assert subject is not None
+        (field, value), = subject.items()
+        rows = list(conn.execute(select(memories).where(memories.c[field] == value)))
+    matched = [r for r in rows if r.status not in ("deleting", "forgotten")]
+    ids = [r.id for r in matched]
+    if ids:
+        conn.execute(update(memories).where(memories.c.id.in_(ids)).values(status="deleting"))
+        conn.execute(update(memories).where(memories.c.id.in_(ids), memories.c.retired_at.is_(None))
+                     .values(retired_at=stamp))
+    for r in matched:
+        if tombstone:
+            add_tombstone(conn, r.scope, r.owner, r.content_hash, now, reason)
+        audit.append(conn, at=stamp, actor=actor, action="memory.forget", memory_id=r.id,
+                     detail={"content_hash": r.content_hash, "before": {"status": r.status},
+                             "after": {"status": "deleting"}, "tombstone": tombstone, "reason": reason})
+    request_id = new_id("fgt_")
+    conn.execute(forget_requests.insert().values(
+        id=request_id, subject={"id": memory_id} if memory_id else subject, memory_ids=ids,
+        reason=reason, tombstone=tombstone, matched=len(ids), status="pending", created_at=stamp,
+    ))
+    jobq.enqueue(conn, "retention", f"forget:{request_id}", now=now.timestamp(), max_attempts=max_attempts)
+    return {"request_id": request_id, "matched": len(ids)}
+
+
+def erase(conn: Connection, memory_id: str, now: datetime, actor: str) -> int:
+    """Remove a memory's text everywhere; return how many rows were erased.
+
+    Clears content (the FTS and vector triggers drop their entries), owner
+    fields and metadata; drops idempotency rows that answer with its id;
+    erases derived memories whose every citation is gone and un-cites it from
+    the others. The row stays as ``forgotten`` with its id and content hash.
+    """
+    row = get_row(conn, memory_id)
+    if row is None or row.status == "forgotten":
+        return 0
+    stamp = to_rfc3339(now)
+    conn.execute(update(memories).where(memories.c.id == memory_id).values(
+        content=None, metadata={}, status="forgotten", owner="", agent_id=None, user_id=None,
+        project=None, session_id=None, retired_at=row.retired_at or stamp,
+    ))
+    conn.execute(delete(idempotency_keys).where(idempotency_keys.c.result["id"].as_string() == memory_id))
+    audit.append(conn, at=stamp, actor=actor, action="memory.erase", memory_id=memory_id,
+                 detail={"content_hash": row.content_hash, "before": {"status": row.status},
+                         "after": {"status": "forgotten"}})
+    erased = 1
+    for derived_id in links.sources(conn, memory_id, links.CITES):
+        links.remove(conn, derived_id, memory_id, links.CITES)
+        remaining = [s for s in links.targets(conn, derived_id, links.CITES)
+                     if (get_row(conn, s) or row).status not in ("deleting", "forgotten")]
+        if not remaining:
+            erased += erase(conn, derived_id, now, actor)
+    return erased
+
+
+def finish_forget_request(conn: Connection, request_id: str, now: datetime, actor: str) -> int:
+    """Erase every row of one forget request and mark it done; return rows erased."""
+    req = conn.execute(select(forget_requests).where(forget_requests.c.id == request_id)).first()
+    if req is None or req.status == "done":
+        return 0
+    erased = sum(erase(conn, mid, now, actor) for mid in req.memory_ids)
+    conn.execute(update(forget_requests).where(forget_requests.c.id == request_id)
+                 .values(status="done", finished_at=to_rfc3339(now)))
+    return erased
+
+
+def expire(conn: Connection, now: datetime, *, session_ttl_s: float, limit: int, actor: str) -> int:
+    """Archive live rows past their ``ttl_s`` and session rows past the session window."""
+    stamp = to_rfc3339(now)
+    session_cutoff = to_rfc3339(now - timedelta(seconds=session_ttl_s))
+    due = select(memories.c.id, memories.c.status).where(
+        memories.c.status.in_(LIVE_STATUSES),
+        (memories.c.expires_at <= stamp)
+        | ((memories.c.scope == "session") & (memories.c.recorded_at <= session_cutoff)),
+    ).limit(limit)
+    rows = conn.execute(due).all()
+    for r in rows:
+        conn.execute(update(memories).where(memories.c.id == r.id)
+                     .values(status="archived", retired_at=stamp))
+        audit.append(conn, at=stamp, actor=actor, action="memory.expire", memory_id=r.id,
+                     detail={"before": {"status": r.status}, "after": {"status": "archived"}})
+    return len(rows)
+
+
+def purge_archived(conn: Connection, now: datetime, *, window_s: float, limit: int, actor: str) -> int:
+    """Hard-delete archived rows retired longer ago than ``window_s``."""
+    cutoff = to_rfc3339(now - timedelta(seconds=window_s))
+    rows = conn.execute(select(memories.c.id, memories.c.content_hash).where(
+        memories.c.status == "archived", memories.c.retired_at <= cutoff).limit(limit)).all()
+    stamp = to_rfc3339(now)
+    for r in rows:
+        conn.execute(delete(idempotency_keys).where(idempotency_keys.c.result["id"].as_string() == r.id))
+        links.remove_all(conn, r.id)
+        conn.execute(delete(memories).where(memories.c.id == r.id))
+        audit.append(conn, at=stamp, actor=actor, action="memory.purge", memory_id=r.id,
+                     detail={"content_hash": r.content_hash, "before": {"status": "archived"}})
+    return len(rows)
+
+
+def merge(conn: Connection, memory_ids: list[str], merged_text: str, now: datetime,
+          ctx: WriteContext) -> str:
+    """Write the merged memory and retire the merged rows into it (kept, linked ``merged_into``).
+
+    The rows must share scope, owner and kind and all be live (Conflict otherwise).
+    """
+    rows = [_live_row(conn, mid, "memory_ids") for mid in memory_ids]
+    first = rows[0]
+    if any((r.scope, r.owner, r.kind) != (first.scope, first.owner, first.kind) for r in rows):
+        raise Forbidden("merged memories must share scope, owner and kind", data={"field": "memory_ids"})
+    if any(r.status not in LIVE_STATUSES for r in rows):
+        raise Conflict("a memory in the merge is no longer live", data={"field": "memory_ids"})
+    stamp = to_rfc3339(now)
+    merged = NewMemory(
+        content=merged_text, kind=first.kind, scope=first.scope, owner=first.owner,
+        agent_id=first.agent_id, user_id=first.user_id, project=first.project,
+        session_id=first.session_id, importance=max(r.importance_raw for r in rows),
+        metadata={"merged_from": [r.id for r in rows]},
+    )
+    new_id_ = write_memory(conn, merged, now, ctx)["id"]
+    conn.execute(update(memories).where(memories.c.id == new_id_).values(
+        corroboration=sum(r.corroboration for r in rows)))
+    for r in rows:
+        if r.id == new_id_:
+            continue  # the merged text equals one of the rows: that row stays live
+        conn.execute(update(memories).where(memories.c.id == r.id)
+                     .values(status="superseded", retired_at=stamp, valid_to=stamp))
+        links.add(conn, r.id, new_id_, links.MERGED_INTO, stamp)
+        audit.append(conn, at=stamp, actor=ctx.actor, action="memory.merge", memory_id=r.id,
+                     detail={"before": {"status": r.status}, "after": {"status": "superseded"},
+                             "merged_into": new_id_})
+    return new_id_
+
+
+def promote(conn: Connection, memory_id: str, now: datetime, actor: str) -> None:
+    """Candidate → active (a compare-and-set)."""
+    row = _live_row(conn, memory_id, "id")
+    done = conn.execute(update(memories).where(memories.c.id == memory_id, memories.c.status == "candidate")
+                        .values(status="active")).rowcount
+    if not done:
+        raise Conflict(f"memory {memory_id} is {row.status}, not a candidate", data={"field": "id"})
+    audit.append(conn, at=to_rfc3339(now), actor=actor, action="memory.promote", memory_id=memory_id,
+                 detail={"before": {"status": "candidate"}, "after": {"status": "active"}})
+
+
+def reject_candidate(conn: Connection, memory_id: str, now: datetime, actor: str, reason: str | None) -> None:
+    """A rejected candidate becomes ``rejected`` and its value is tombstoned in its scope."""
+    row = _live_row(conn, memory_id, "id")
+    if row.status != "candidate":
+        raise Conflict(f"memory {memory_id} is {row.status}, not a candidate", data={"field": "id"})
+    conn.execute(update(memories).where(memories.c.id == memory_id)
+                 .values(status="rejected", retired_at=to_rfc3339(now)))
+    add_tombstone(conn, row.scope, row.owner, row.content_hash, now, reason or "rejected in review")
+    audit.append(conn, at=to_rfc3339(now), actor=actor, action="memory.reject", memory_id=memory_id,
+                 detail={"content_hash": row.content_hash, "before": {"status": "candidate"},
+                         "after": {"status": "rejected"}, "tombstone": True})

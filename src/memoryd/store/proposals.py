@@ -1,0 +1,77 @@
+"""Proposals: changes a pass suggests and an operator approves or rejects.
+
+A proposal's ``pair_key`` (its kind and the rows involved) is unique over
+every status, so a rejected proposal is never raised again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, func, select, update
+from sqlalchemy.dialects import sqlite
+
+from memoryd.clock import to_rfc3339
+from memoryd.store.ids import new_id
+from memoryd.store.schema import proposals
+
+KINDS = ("supersede", "merge", "promote")
+
+
+def pair_key(kind: str, memory_ids: Sequence[str], ordered: bool = False) -> str:
+    """The identity of a proposal: its kind and its rows (order-free unless ``ordered``)."""
+    ids = list(memory_ids) if ordered else sorted(memory_ids)
+    return hashlib.sha256(f"{kind}:{','.join(ids)}".encode()).hexdigest()
+
+
+def propose(conn: Connection, *, kind: str, memory_ids: Sequence[str], reason: str,
+            payload: dict[str, Any], created_by: str, now: datetime) -> str | None:
+    """Open a proposal unless the same one was ever raised; return its id or None."""
+    assert kind in KINDS
+    pid = new_id("prp_")
+    stmt = sqlite.insert(proposals).values(
+        id=pid, kind=kind, memory_ids=list(memory_ids), pair_key=pair_key(kind, memory_ids),
+        reason=reason, payload=payload, status="open", created_at=to_rfc3339(now), created_by=created_by,
+    ).on_conflict_do_nothing()
+    return pid if conn.execute(stmt).rowcount else None
+
+
+def exists(conn: Connection, kind: str, memory_ids: Sequence[str]) -> bool:
+    """Whether this proposal was ever raised (open, approved or rejected)."""
+    return conn.execute(select(proposals.c.id).where(
+        proposals.c.pair_key == pair_key(kind, memory_ids))).first() is not None
+
+
+def get(conn: Connection, proposal_id: str) -> Any:
+    return conn.execute(select(proposals).where(proposals.c.id == proposal_id)).first()
+
+
+def to_public(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.id, "kind": row.kind, "memory_ids": row.memory_ids, "reason": row.reason,
+        "created_at": row.created_at, "created_by": row.created_by, "status": row.status,
+        "payload": row.payload, "decided_at": row.decided_at, "decided_by": row.decided_by,
+        "note": row.note,
+    }
+
+
+def list_(conn: Connection, status: str, limit: int) -> list[dict[str, Any]]:
+    rows = conn.execute(select(proposals).where(proposals.c.status == status)
+                        .order_by(proposals.c.created_at).limit(limit))
+    return [to_public(r) for r in rows]
+
+
+def count_open(conn: Connection) -> int:
+    return int(conn.execute(select(func.count()).select_from(proposals)
+                            .where(proposals.c.status == "open")).scalar_one())
+
+
+def close(conn: Connection, proposal_id: str, status: str, actor: str, note: str | None,
+          now: datetime) -> bool:
+    """Mark an open proposal decided; False when it was no longer open (a lost race)."""
+    return bool(conn.execute(update(proposals).where(
+        proposals.c.id == proposal_id, proposals.c.status == "open"
+    ).values(status=status, decided_at=to_rfc3339(now), decided_by=actor, note=note)).rowcount)
