@@ -24,6 +24,9 @@ from memoryd.store.engine import read_only
 from memoryd.store.schema import memories
 
 EMBEDDABLE = ("active", "candidate", "superseded", "archived")
+#: Passes that need a memory's vector, enqueued when it is stored.
+FOLLOW_UPS = ("consolidate",)
+
 
 
 class EmbedPass(Pass):
@@ -78,6 +81,10 @@ class EmbedPass(Pass):
                         or row.content_hash != encoded_pair[0]):
                     result.skipped += 1
                     continue
+                # Chain: a memory with a vector can be consolidated (and reflected on).
+                for follow in FOLLOW_UPS:
+                    jobq.enqueue(conn, follow, job.target, now=now,
+                                 max_attempts=ctx.config.job_max_attempts)
                 out.append({
                     "memory_seq": row.seq, "model": ctx.embedder.name, "dim": DIM,
                     "vector": vectors.to_blob(encoded_pair[1]), "content_hash": row.content_hash,

@@ -29,5 +29,4 @@ def planned(name: str, consumes: str, model_backed: bool, summary: str) -> type[
 
 ClassifyPass = planned("classify", "queue", True, "Resolves kind 'auto' into a configured kind.")
 ExtractPass = planned("extract", "queue", True, "Finds entities and grounded atomic facts.")
-ConsolidatePass = planned("consolidate", "queue", False, "Collapses duplicates; proposes merges.")
 ReflectPass = planned("reflect", "queue", True, "Proposes supersessions for contradictions.")

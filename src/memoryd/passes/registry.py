@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from memoryd.passes.base import Pass
+from memoryd.passes.consolidate import ConsolidatePass
 from memoryd.passes.decay import DecayPass
 from memoryd.passes.embed import EmbedPass
-from memoryd.passes.planned import ClassifyPass, ConsolidatePass, ExtractPass, ReflectPass
+from memoryd.passes.planned import ClassifyPass, ExtractPass, ReflectPass
 from memoryd.passes.retention import RetentionPass
 
 PASS_CLASSES: tuple[type[Pass], ...] = (

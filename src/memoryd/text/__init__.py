@@ -1,0 +1,1 @@
+"""Text utilities: normalisation, tokens, and deterministic value extractors."""
