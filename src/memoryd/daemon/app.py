@@ -25,7 +25,7 @@ from memoryd.daemon.governor import IDLE, Governor, HostProbe, Thresholds
 from memoryd.daemon.lock import DataDirLock
 from memoryd.daemon.runner import PassRunner
 from memoryd.models.embedder import Embedder, EmbedderAPI
-from memoryd.models.worker_client import WorkerEmbedder
+from memoryd.models.worker_client import ModelWorker, WorkerEmbedder, WorkerLLM
 from memoryd.passes.base import PassContext
 from memoryd.passes.registry import build_passes, write_passes
 from memoryd.queue import jobs as jobq
@@ -74,11 +74,17 @@ class Daemon:
         self.engine: Engine | None = None
         self.runner: PassRunner | None = None
         self.scheduler: BackgroundScheduler | None = None
-        self.embedder: EmbedderAPI = (
-            WorkerEmbedder(cfg.embedder, batch_size=cfg.embed_batch_size, idle_s=cfg.model_idle_s,
-                           timeout_s=cfg.model_timeout_s, log_level=cfg.log_level)
-            if cfg.model_worker else Embedder(cfg.embedder, batch_size=cfg.embed_batch_size)
+        self.worker = ModelWorker(
+            ["--embedder", cfg.embedder, "--llm", cfg.llm, "--data-dir", str(self.data_dir),
+             "--idle-s", str(cfg.model_idle_s), "--batch-size", str(cfg.embed_batch_size),
+             "--llm-threads", str(cfg.model_threads), "--log-level", cfg.log_level],
+            cfg.model_timeout_s,
         )
+        self.embedder: EmbedderAPI = (
+            WorkerEmbedder(self.worker, cfg.embedder) if cfg.model_worker
+            else Embedder(cfg.embedder, batch_size=cfg.embed_batch_size)
+        )
+        self.llm = WorkerLLM(self.worker, cfg.llm)
         self.passes = build_passes()
         self._stop: asyncio.Event | None = None
         self.committer: GroupCommitter | None = None
@@ -114,7 +120,8 @@ class Daemon:
             loop.add_signal_handler(sig, self._stop.set)
 
         self.engine = engine = await loop.run_in_executor(None, self._open_store)
-        ctx = PassContext(engine=engine, config=self.cfg, embedder=self.embedder, now=time.time)
+        ctx = PassContext(engine=engine, config=self.cfg, embedder=self.embedder, now=time.time,
+                          llm=self.llm)
         self.governor = Governor(HostProbe(), Thresholds.from_config(self.cfg))
         self.runner = runner = PassRunner(self.passes, ctx, owner=node_id(self.data_dir),
                                           governor=self.governor)
@@ -235,9 +242,7 @@ class Daemon:
         assert self.governor is not None
         models = {
             "embedder": self.embedder.status(),
-            "llm": {"loaded": False, "enabled": self.cfg.llm != "none", "path": None,
-                    "last_used_at": None, "error": None,
-                    "note": "used by the classify and extract passes (later versions)"},
+            "llm": self.llm.status(),
         }
         extra = {
             "sockets": {"agent": str(self.cfg.resolved_socket()),

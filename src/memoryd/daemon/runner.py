@@ -230,5 +230,6 @@ class PassRunner:
             entry["state"] = "paused" if reason else "active"
             entry["reason"] = reason
             entry["consumes"] = p.consumes
+            entry["note"] = getattr(p, "note", None)
             out[name] = entry
         return out

@@ -23,12 +23,29 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 
+from memoryd.errors import PassUnavailable
 
-def serve(conn: Connection, embedder_spec: str, idle_s: float, batch_size: int) -> int:
+
+def serve(conn: Connection, embedder_spec: str, idle_s: float, batch_size: int, llm_spec: str = "none",
+          data_dir: str = ".", llm_threads: int = 2) -> int:
     """Answer requests until the parent goes away or we sit idle for ``idle_s``."""
+    from pathlib import Path
+
     from memoryd.models.embedder import LocalEmbedder
+    from memoryd.models.llm import LLM, LLMUnavailable, build_llm
 
     embedder = LocalEmbedder(embedder_spec, batch_size=batch_size)
+    llm_box: dict[str, LLM | None] = {}
+    llm_lock = threading.Lock()
+
+    def get_llm() -> LLM:
+        with llm_lock:
+            if "llm" not in llm_box:
+                llm_box["llm"] = build_llm(llm_spec, Path(data_dir), threads=llm_threads)
+            llm = llm_box["llm"]
+        if llm is None:
+            raise LLMUnavailable("the LLM is disabled (llm = none)")
+        return llm
     send_lock = threading.Lock()
     state = {"inflight": 0, "last": time.monotonic()}
     state_lock = threading.Lock()
@@ -45,12 +62,24 @@ def serve(conn: Connection, embedder_spec: str, idle_s: float, batch_size: int) 
             elif req["op"] == "load":
                 embedder.load()
                 reply({"id": req["id"], "ok": True, "result": embedder.path})
+            elif req["op"] == "llm_load":
+                llm = get_llm()
+                llm.load()  # type: ignore[attr-defined]
+                reply({"id": req["id"], "ok": True, "result": llm.name})
+            elif req["op"] == "complete":
+                text = get_llm().complete(
+                    req["prompt"], grammar=req.get("grammar"), schema=req.get("schema"),
+                    max_tokens=req.get("max_tokens", 64), timeout_s=req.get("timeout_s", 60.0),
+                    threads=req.get("threads"), stop=req.get("stop"),
+                )
+                reply({"id": req["id"], "ok": True, "result": text})
             elif req["op"] == "ping":
                 reply({"id": req["id"], "ok": True, "result": os.getpid()})
             else:
                 reply({"id": req["id"], "ok": False, "error": f"unknown op {req['op']!r}"})
         except Exception as exc:  # reported to the caller, who fails its job attempt
-            reply({"id": req["id"], "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            reply({"id": req["id"], "ok": False, "error": f"{type(exc).__name__}: {exc}",
+                   "unavailable": isinstance(exc, PassUnavailable)})
         finally:
             with state_lock:
                 state["inflight"] -= 1
@@ -86,13 +115,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-s", type=float, default=300.0)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--llm", default="none")
+    parser.add_argument("--data-dir", default=".")
+    parser.add_argument("--llm-threads", type=int, default=2)
     args = parser.parse_args(argv)
     from memoryd.log import configure_logging
 
     configure_logging(args.log_level, "json")
     conn = Connection(args.fd)
     try:
-        return serve(conn, args.embedder, args.idle_s, args.batch_size)
+        return serve(conn, args.embedder, args.idle_s, args.batch_size, llm_spec=args.llm,
+                     data_dir=args.data_dir, llm_threads=args.llm_threads)
     finally:
         conn.close()
 

@@ -24,9 +24,14 @@ import numpy as np
 import psutil
 import structlog
 
+from memoryd.errors import PassUnavailable
 from memoryd.models.embedder import MODEL_NAME, QUERY_CACHE_SIZE, EmbedderUnavailable
 
 log = structlog.get_logger(__name__)
+
+
+class ModelUnavailable(PassUnavailable):
+    """The worker says the model is switched off or cannot load."""
 
 
 class WorkerCrashed(RuntimeError):
@@ -84,6 +89,8 @@ class ModelWorker:
                 continue
             if msg["ok"]:
                 fut.set_result(msg["result"])
+            elif msg.get("unavailable"):
+                fut.set_exception(ModelUnavailable(msg["error"]))
             else:
                 fut.set_exception(RuntimeError(msg["error"]))
         code = proc.wait()
@@ -100,7 +107,7 @@ class ModelWorker:
         else:
             log.warning("worker.died", pid=proc.pid, code=code, failed_requests=len(pending))
 
-    def request(self, op: str, timeout_s: float | None = None, **params: Any) -> Any:
+    def request(self, op: str, wait_s: float | None = None, **params: Any) -> Any:
         """Send one request (starting the worker if needed) and wait for its answer."""
         with self._lock:
             conn = self._conn if self.alive() and self._conn is not None else self._start()
@@ -114,12 +121,12 @@ class ModelWorker:
             self._pending.pop(req_id, None)
             raise WorkerCrashed(f"the model worker is gone: {exc}") from exc
         try:
-            return fut.result(timeout=timeout_s or self.timeout_s)
+            return fut.result(timeout=wait_s or self.timeout_s)
         except FutureTimeout:
             self._pending.pop(req_id, None)
             self.kill()
             raise WorkerCrashed(f"the model worker did not answer {op!r} within "
-                                f"{timeout_s or self.timeout_s:.0f} s; it was killed") from None
+                                f"{wait_s or self.timeout_s:.0f} s; it was killed") from None
 
     def stop(self) -> None:
         """Ask the worker to exit; kill it if it does not within 5 s."""
@@ -152,14 +159,9 @@ class ModelWorker:
 class WorkerEmbedder:
     """The embedder, run in the model worker process."""
 
-    def __init__(self, spec: str = "bundled", batch_size: int = 64, idle_s: float = 300.0,
-                 timeout_s: float = 300.0, log_level: str = "info"):
+    def __init__(self, worker: ModelWorker, spec: str = "bundled"):
         self.spec = spec
-        self.worker = ModelWorker(
-            ["--embedder", spec, "--idle-s", str(idle_s), "--batch-size", str(batch_size),
-             "--log-level", log_level],
-            timeout_s,
-        )
+        self.worker = worker
         self.last_used_at: float | None = None
         self.load_error: str | None = None
         self.path: str | None = None
@@ -256,6 +258,7 @@ class WorkerEmbedder:
     def status(self) -> dict[str, Any]:
         return {
             "loaded": self.loaded,
+            "model": self.name,
             "enabled": self.enabled,
             "path": self.path or (None if not self.enabled else self.spec),
             "last_used_at": self.last_used_at,
@@ -264,3 +267,56 @@ class WorkerEmbedder:
             "worker_rss_bytes": self.worker.rss_bytes(),
             "worker_starts": self.worker.started_total,
         }
+
+
+class WorkerLLM:
+    """The LLM, run in the model worker process (same interface as models.llm.LLM)."""
+
+    def __init__(self, worker: ModelWorker, spec: str):
+        self.worker = worker
+        self.spec = spec
+        self.name = spec
+        self.load_error: str | None = None
+        self.last_used_at: float | None = None
+        self._ready = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.spec != "none"
+
+    @property
+    def loaded(self) -> bool:
+        return self._ready and self.worker.alive()
+
+    def unavailable_reason(self) -> str | None:
+        if not self.enabled:
+            return "LLM disabled (--llm none); its jobs stay queued"
+        if self.load_error:
+            return f"LLM failed to load: {self.load_error}"
+        return None
+
+    def load(self) -> None:
+        if not self.enabled:
+            raise ModelUnavailable(self.unavailable_reason() or "disabled")
+        if self.loaded:
+            return
+        try:
+            self.name = self.worker.request("llm_load")
+        except ModelUnavailable as exc:
+            self.load_error = str(exc)
+            raise
+        self._ready = True
+
+    def complete(self, prompt: str, *, grammar: str | None = None, schema: dict[str, Any] | None = None,
+                 max_tokens: int = 64, timeout_s: float = 60.0, threads: int | None = None,
+                 stop: list[str] | None = None) -> str:
+        self.load()
+        text = self.worker.request("complete", wait_s=timeout_s + 30, prompt=prompt, grammar=grammar,
+                                   schema=schema, max_tokens=max_tokens, timeout_s=timeout_s,
+                                   threads=threads, stop=stop)
+        self.last_used_at = time.time()
+        return str(text)
+
+    def status(self) -> dict[str, Any]:
+        return {"loaded": self.loaded, "enabled": self.enabled, "path": self.name if self._ready else None,
+                "last_used_at": self.last_used_at, "error": self.load_error}

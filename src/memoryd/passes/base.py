@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from sqlalchemy import Engine
 
@@ -29,6 +29,8 @@ class PassContext:
     now: Callable[[], float]
     #: Threads a model may use for the current batch (the governor sets 1 when busy).
     threads: int = 2
+    #: The LLM (None where no pass needs one, e.g. in unit tests of other passes).
+    llm: Any = None
 
 
 @dataclass

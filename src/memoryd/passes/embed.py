@@ -25,7 +25,7 @@ from memoryd.store.schema import memories
 
 EMBEDDABLE = ("active", "candidate", "superseded", "archived")
 #: Passes that need a memory's vector, enqueued when it is stored.
-FOLLOW_UPS = ("consolidate",)
+FOLLOW_UPS = ("classify", "consolidate")
 
 
 
@@ -65,7 +65,7 @@ class EmbedPass(Pass):
                 r.id: r
                 for r in conn.execute(
                     select(memories.c.id, memories.c.seq, memories.c.content_hash,
-                           memories.c.status).where(memories.c.id.in_(ids))
+                           memories.c.status, memories.c.kind).where(memories.c.id.in_(ids))
                 )
             }
             out = []
@@ -83,6 +83,8 @@ class EmbedPass(Pass):
                     continue
                 # Chain: a memory with a vector can be consolidated (and reflected on).
                 for follow in FOLLOW_UPS:
+                    if follow == "classify" and row.kind != "auto":
+                        continue
                     jobq.enqueue(conn, follow, job.target, now=now,
                                  max_attempts=ctx.config.job_max_attempts)
                 out.append({

@@ -27,6 +27,5 @@ def planned(name: str, consumes: str, model_backed: bool, summary: str) -> type[
                  "summary": summary, "__doc__": summary})
 
 
-ClassifyPass = planned("classify", "queue", True, "Resolves kind 'auto' into a configured kind.")
 ExtractPass = planned("extract", "queue", True, "Finds entities and grounded atomic facts.")
 ReflectPass = planned("reflect", "queue", True, "Proposes supersessions for contradictions.")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from memoryd.passes.base import Pass
+from memoryd.passes.classify import ClassifyPass
 from memoryd.passes.consolidate import ConsolidatePass
 from memoryd.passes.decay import DecayPass
 from memoryd.passes.embed import EmbedPass
-from memoryd.passes.planned import ClassifyPass, ExtractPass, ReflectPass
+from memoryd.passes.planned import ExtractPass, ReflectPass
 from memoryd.passes.retention import RetentionPass
 
 PASS_CLASSES: tuple[type[Pass], ...] = (
@@ -31,7 +32,7 @@ def build_passes() -> dict[str, Pass]:
 
 
 #: Passes a new memory is enqueued for at write time (others chain from them).
-ON_WRITE = ("embed", "classify", "extract")
+ON_WRITE = ("embed",)
 
 
 def write_passes(passes: dict[str, Pass]) -> list[str]:

@@ -276,3 +276,15 @@ def list_jobs(conn: Connection, *, state: str | None = None, pass_name: str | No
         }
         for r in conn.execute(q)
     ]
+
+
+def defer(conn: Connection, job: Job, *, until: float, now: float, note: str) -> None:
+    """Put a claimed job back to wait until ``until`` without counting the attempt
+    (its pass cannot do it yet, e.g. the model it needs is off). Raises StaleLease."""
+    res = conn.execute(update(jobs).where(_owned(job)).values(
+        state="ready", run_after=until, lease_owner=None, lease_token=None, lease_until=None,
+        attempts=case((jobs.c.attempts > 0, jobs.c.attempts - 1), else_=0), updated_at=now,
+        payload={**job.payload, "deferred": note},
+    ))
+    if res.rowcount != 1:
+        raise StaleLease(f"job {job.id} is no longer leased by us")

@@ -211,6 +211,7 @@ PUBLIC_FIELDS = (
     "id", "content", "kind", "scope", "agent_id", "user_id", "project", "session_id", "status",
     "importance", "importance_raw", "access_count", "last_accessed_at", "valid_from", "valid_to",
     "recorded_at", "retired_at", "expires_at", "metadata", "derived", "corroboration",
+    "kind_method", "kind_confidence",
 )
 
 

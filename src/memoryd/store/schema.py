@@ -66,6 +66,9 @@ memories = Table(
     Column("metadata", JSON, nullable=False),
     # Independent writes of the same content in the same scope (duplicates collapse into it).
     Column("corroboration", Integer, nullable=False, server_default=text("1")),
+    # How kind 'auto' was resolved (embedding | llm) and with what confidence.
+    Column("kind_method", String(16)),
+    Column("kind_confidence", Float),
     Index("ix_memories_identity", "scope", "owner", "content_hash"),
     Index("ix_memories_status", "status"),
     Index("ix_memories_recorded_at", "recorded_at"),
@@ -209,4 +212,49 @@ forget_requests = Table(
     Column("status", String(16), nullable=False),  # pending | done
     Column("created_at", String(32), nullable=False),
     Column("finished_at", String(32)),
+)
+
+entities = Table(
+    "entities",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("scope", String(16), nullable=False),
+    Column("owner", String(256), nullable=False),
+    Column("name", String(256), nullable=False),  # canonical display name (first seen)
+    Column("norm", String(256), nullable=False),  # normalised key
+    Column("type", String(32), nullable=False),
+    Column("vector", LargeBinary),  # embedding of the name, for fuzzy canonicalisation
+    Column("created_at", String(32), nullable=False),
+    UniqueConstraint("scope", "owner", "norm", "type", name="uq_entity"),
+)
+
+entity_aliases = Table(
+    "entity_aliases",
+    metadata,
+    Column("entity_id", Integer, ForeignKey("entities.id", ondelete="CASCADE"), primary_key=True),
+    Column("alias", String(256), primary_key=True),  # normalised surface form
+    Index("ix_alias", "alias"),
+)
+
+entity_mentions = Table(
+    "entity_mentions",
+    metadata,
+    Column("entity_id", Integer, ForeignKey("entities.id", ondelete="CASCADE"), primary_key=True),
+    Column("memory_id", String(32), primary_key=True),
+    Column("surface", String(256), primary_key=True),
+    Index("ix_mentions_memory", "memory_id"),
+)
+
+#: One row per extracted source: re-running extract on the same content is a no-op.
+extractions = Table(
+    "extractions",
+    metadata,
+    Column("memory_id", String(32), primary_key=True),
+    Column("content_hash", String(64), nullable=False),
+    Column("extracted_at", String(32), nullable=False),
+    Column("method", String(32), nullable=False),
+    Column("entities_kept", Integer, nullable=False),
+    Column("facts_kept", Integer, nullable=False),
+    Column("dropped_ungrounded", Integer, nullable=False),
+    Column("dropped_vocabulary", Integer, nullable=False),
 )
