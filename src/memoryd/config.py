@@ -21,6 +21,11 @@ APP = "memoryd"
 SOCKET_NAME = "memoryd.sock"
 ADMIN_SOCKET_NAME = "memoryd-admin.sock"
 
+DEFAULT_ENTITY_TYPES = (
+    "person", "project", "service", "tool", "library", "language", "host", "file", "url",
+    "version", "issue", "organization", "database", "command", "config_key",
+)
+
 DEFAULT_KINDS = (
     "fact",
     "decision",
@@ -50,6 +55,7 @@ class Config:
     embedder: str = _key("bundled", "Embedder: 'bundled' (all-MiniLM-L6-v2), 'none', or a model directory.")
     llm: str = _key("bundled", "LLM: 'bundled' (Gemma 3 270M), 'none', or a GGUF path (later passes).")
     kinds: list[str] = _key(list(DEFAULT_KINDS), "Memory kinds a writer may name (besides 'auto').")
+    entity_types: list[str] = _key(list(DEFAULT_ENTITY_TYPES), "Entity types the extract pass may emit.")
     log_level: str = _key("info", "Log level: debug, info, warning, error.")
     log_format: str = _key("auto", "Log format: 'json', 'console', or 'auto' (console on a terminal).")
     max_frame_bytes: int = _key(1048576, "Largest request frame accepted (bytes); larger answers 1001.")

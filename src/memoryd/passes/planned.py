@@ -27,5 +27,4 @@ def planned(name: str, consumes: str, model_backed: bool, summary: str) -> type[
                  "summary": summary, "__doc__": summary})
 
 
-ExtractPass = planned("extract", "queue", True, "Finds entities and grounded atomic facts.")
 ReflectPass = planned("reflect", "queue", True, "Proposes supersessions for contradictions.")

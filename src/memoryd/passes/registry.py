@@ -7,7 +7,8 @@ from memoryd.passes.classify import ClassifyPass
 from memoryd.passes.consolidate import ConsolidatePass
 from memoryd.passes.decay import DecayPass
 from memoryd.passes.embed import EmbedPass
-from memoryd.passes.planned import ExtractPass, ReflectPass
+from memoryd.passes.extract import ExtractPass
+from memoryd.passes.planned import ReflectPass
 from memoryd.passes.retention import RetentionPass
 
 PASS_CLASSES: tuple[type[Pass], ...] = (
@@ -32,7 +33,7 @@ def build_passes() -> dict[str, Pass]:
 
 
 #: Passes a new memory is enqueued for at write time (others chain from them).
-ON_WRITE = ("embed",)
+ON_WRITE = ("embed", "extract")
 
 
 def write_passes(passes: dict[str, Pass]) -> list[str]:

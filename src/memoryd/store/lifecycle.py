@@ -15,7 +15,7 @@ from sqlalchemy import Connection, delete, select, update
 from memoryd.clock import to_rfc3339
 from memoryd.errors import Conflict, Forbidden, InvalidParams, NotFound
 from memoryd.queue import jobs as jobq
-from memoryd.store import audit, links
+from memoryd.store import audit, entities, links
 from memoryd.store.ids import is_memory_id, new_id
 from memoryd.store.memories import NewMemory, WriteContext, add_tombstone, get_row, write_memory
 from memoryd.store.schema import LIVE_STATUSES, forget_requests, idempotency_keys, memories
@@ -152,6 +152,7 @@ def erase(conn: Connection, memory_id: str, now: datetime, actor: str) -> int:
         project=None, session_id=None, retired_at=row.retired_at or stamp,
     ))
     conn.execute(delete(idempotency_keys).where(idempotency_keys.c.result["id"].as_string() == memory_id))
+    entities.erase_mentions(conn, memory_id)
     audit.append(conn, at=stamp, actor=actor, action="memory.erase", memory_id=memory_id,
                  detail={"content_hash": row.content_hash, "before": {"status": row.status},
                          "after": {"status": "forgotten"}})

@@ -51,6 +51,9 @@ class NewMemory:
     idempotency_key: str | None = None
     #: sha256 of the request's parameters, to tell a retry from a reuse of the key.
     request_hash: str = ""
+    #: Derived memories (extract) start as candidates; writes from clients are active.
+    status: str = "active"
+    derived: bool = False
 
     @property
     def hash(self) -> str:
@@ -157,19 +160,20 @@ def _insert_new(conn: Connection, req: NewMemory, chash: str, now: datetime,
         "user_id": req.user_id,
         "project": req.project,
         "session_id": req.session_id,
-        "status": "active",
+        "status": req.status,
         "importance": req.importance,
         "importance_raw": req.importance,
         "valid_from": req.valid_from or recorded_at,
         "valid_to": req.valid_to,
         "recorded_at": recorded_at,
         "expires_at": expires_at,
-        "derived": False,
+        "derived": req.derived,
         "metadata": req.metadata,
     }
     conn.execute(insert(memories).values(**values))
     audit.append(
-        conn, at=recorded_at, actor=ctx.actor, action="memory.write", memory_id=memory_id,
+        conn, at=recorded_at, actor=ctx.actor,
+        action="memory.derive" if req.derived else "memory.write", memory_id=memory_id,
         detail={k: values[k] for k in ("content_hash", "kind", "scope", "owner", "status",
                                         "importance", "valid_from", "valid_to", "expires_at")},
     )

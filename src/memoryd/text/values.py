@@ -47,6 +47,10 @@ def extract(text: str) -> list[Value]:
     for kind, pattern in KINDS.items():
         for m in pattern.finditer(text):
             start, end = m.span(1) if kind == "identifier" and m.group(1) else m.span()
+            if kind in ("url", "path"):
+                # Sentence punctuation after a URL or path is not part of it.
+                while end > start and text[end - 1] in ".,;:!?":
+                    end -= 1
             if any(start < e and s < end for s, e in taken):
                 continue
             taken.append((start, end))
