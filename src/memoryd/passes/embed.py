@@ -25,7 +25,7 @@ from memoryd.store.schema import memories
 
 EMBEDDABLE = ("active", "candidate", "superseded", "archived")
 #: Passes that need a memory's vector, enqueued when it is stored.
-FOLLOW_UPS = ("classify", "consolidate")
+FOLLOW_UPS = ("classify", "consolidate", "reflect")
 
 
 

@@ -8,7 +8,7 @@ from memoryd.passes.consolidate import ConsolidatePass
 from memoryd.passes.decay import DecayPass
 from memoryd.passes.embed import EmbedPass
 from memoryd.passes.extract import ExtractPass
-from memoryd.passes.planned import ReflectPass
+from memoryd.passes.reflect import ReflectPass
 from memoryd.passes.retention import RetentionPass
 
 PASS_CLASSES: tuple[type[Pass], ...] = (
