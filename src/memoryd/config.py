@@ -73,7 +73,7 @@ class Config:
     done_retention_s: float = _key(86400.0, "How long finished jobs are kept before pruning.")
     idempotency_ttl_s: float = _key(172800.0, "How long idempotency keys are remembered (at least 24 h).")
     embed_batch_size: int = _key(64, "Memories embedded per embed-pass batch.")
-    classify_margin: float = _key(0.03, "The embedding classifier decides alone above this lead over #2.")
+    classify_margin: float = _key(0.05, "The embedding classifier decides alone above this lead over #2.")
     llm_timeout_s: float = _key(60.0, "Longest one LLM completion may take (the attempt then fails).")
     merge_min_cosine: float = _key(0.93, "Consolidate proposes a merge only at or above this cosine.")
     merge_min_jaccard: float = _key(0.6, "...and at or above this content-word overlap (and equal values).")

@@ -10,7 +10,8 @@ Two methods, combined:
   best kind leads the runner-up by at least ``classify_margin``, that kind is
   taken (fast, deterministic).
 * **llm**: otherwise a few-shot completion prompt whose answer a grammar
-  restricts to the configured kinds; the answer is validated again.
+  restricts to the embedding's three best kinds (the small model breaks a
+  near-tie; it does not choose freely); the answer is validated again.
 
 Reads: the memory row and its vector. Writes: ``kind``, ``kind_method``,
 ``kind_confidence``, an audit event and the job's completion, in one
@@ -43,6 +44,7 @@ from memoryd.text.cues import BONUS as CUE_BONUS
 from memoryd.text.cues import cue_kinds
 
 TOP_N = 3
+LLM_SHORTLIST = 3
 LLM_RETRY_S = 300.0
 
 
@@ -130,10 +132,12 @@ class ClassifyPass(Pass):
             return ranked[0][0], "embedding", round(min(1.0, 0.5 + margin * 5), 3)
         if ctx.llm is None:
             raise PassUnavailable("low-margin memories wait for the LLM (none configured)")
-        answer = ctx.llm.complete(few_shot_prompt(clf.examples, text), grammar=kind_grammar(clf.kinds),
+        # The LLM only breaks the tie among the embedding's best few kinds.
+        shortlist = [k for k, _ in ranked[:LLM_SHORTLIST]]
+        answer = ctx.llm.complete(few_shot_prompt(clf.examples, text), grammar=kind_grammar(shortlist),
                                   max_tokens=6, timeout_s=ctx.config.llm_timeout_s, threads=ctx.threads)
         kind = answer.strip()
-        if kind not in clf.kinds:
+        if kind not in shortlist:
             raise ValueError(f"the LLM answered {answer!r}, not one of the configured kinds")
         return kind, "llm", 0.5
 

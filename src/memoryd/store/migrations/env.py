@@ -10,5 +10,5 @@ connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - memoryd always passes a connection
     raise RuntimeError("memoryd migrations run through memoryd.store.migrate, not the alembic CLI")
 
-context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)
+context.configure(connection=connection, target_metadata=metadata)
 context.run_migrations()

@@ -17,8 +17,9 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("memories") as batch:
-        batch.add_column(sa.Column("corroboration", sa.Integer, nullable=False, server_default=sa.text("1")))
+    # Plain ADD COLUMN: a batch (copy-and-move) rebuild would drop the FTS and vector triggers.
+    op.add_column("memories", sa.Column("corroboration", sa.Integer, nullable=False,
+                                        server_default=sa.text("1")))
 
     op.create_table(
         "memory_links",

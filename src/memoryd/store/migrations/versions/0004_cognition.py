@@ -16,9 +16,9 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("memories") as batch:
-        batch.add_column(sa.Column("kind_method", sa.String(16)))
-        batch.add_column(sa.Column("kind_confidence", sa.Float))
+    # Plain ADD COLUMN: a batch rebuild would drop the FTS and vector triggers.
+    op.add_column("memories", sa.Column("kind_method", sa.String(16)))
+    op.add_column("memories", sa.Column("kind_confidence", sa.Float))
 
     op.create_table(
         "entities",
