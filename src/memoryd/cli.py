@@ -211,7 +211,7 @@ def write(cfg: Config, as_json: bool, content: str, kind: str, scope: str,
 @main.command()
 @client_options
 @click.argument("memory_id")
-@click.option("--include", multiple=True, type=click.Choice(["history", "citations", "links"]),
+@click.option("--include", multiple=True, type=click.Choice(["history", "citations", "links", "entities"]),
               help="Extra sections (repeatable).")
 def get(cfg: Config, as_json: bool, memory_id: str, include: tuple[str, ...]) -> None:
     """Show one memory by id.

@@ -28,8 +28,8 @@ def _when(epoch: float | None) -> str:
     return "-" if epoch is None else _age(time.time() - epoch) + " ago"
 
 
-def status_renderable(s: dict[str, Any]) -> Group:
-    """The status page as one rich renderable (used by print and by --watch)."""
+def status_renderable(s: dict[str, Any], rates: dict[str, float] | None = None) -> Group:
+    """The status page as one rich renderable (used by print and by --watch, which adds rates)."""
     health = s.get("health", "?")
     style = "green" if health == "healthy" else "yellow"
     head = Text.assemble(
@@ -45,19 +45,25 @@ def status_renderable(s: dict[str, Any]) -> Group:
     parts.append(Text(f"governor: {gov['state']} ({gov['reason']}); cpu {gov['cpu_percent']:.0f}%, "
                       f"mem free {gov['mem_available_bytes'] / 1e9:.1f} GB"))
     table = Table(title="passes", title_justify="left", expand=False)
-    for col in ("pass", "state", "ready", "failed", "leased", "dead", "oldest", "done",
-                "errors", "ms/batch", "last run"):
+    columns = ["pass", "state", "ready", "failed", "leased", "dead", "oldest", "done", "errors",
+               "ms/batch", "last run"]
+    if rates is not None:
+        columns.insert(8, "rate/s")
+    for col in columns:
         table.add_column(col, justify="right" if col not in ("pass", "state") else "left")
     for name, p in s["passes"].items():
         q = s["queues"].get(name, {})
         state = p["state"] if not p.get("reason") else f"{p['state']}: {p['reason']}"
-        table.add_row(
-            name, state[:60], str(q.get("ready", 0)), str(q.get("failed", 0)),
+        cells = [
+            name, state[:48], str(q.get("ready", 0)), str(q.get("failed", 0)),
             str(q.get("leased", 0)), str(q.get("dead", 0)), _age(q.get("oldest_ready_age_s")),
             str(p["processed_total"]), str(p["errors_total"]),
             "-" if p["mean_batch_ms"] is None else f"{p['mean_batch_ms']:.0f}",
             _when(p["last_run_at"]),
-        )
+        ]
+        if rates is not None:
+            cells.insert(8, f"{rates.get(name, 0.0):.1f}")
+        table.add_row(*cells)
     parts.append(table)
     models = Table(title="models", title_justify="left")
     for col in ("model", "enabled", "loaded", "path", "error"):
@@ -73,14 +79,25 @@ def print_status(s: dict[str, Any]) -> None:
     console.print(status_renderable(s))
 
 
+def pass_rates(before: dict[str, Any], after: dict[str, Any], seconds: float) -> dict[str, float]:
+    """Jobs per second each pass finished between two status snapshots."""
+    if seconds <= 0:
+        return {}
+    return {name: max(0, p["processed_total"] - before["passes"].get(name, {}).get("processed_total", 0))
+            / seconds for name, p in after["passes"].items()}
+
+
 def watch(fetch: Callable[[], dict[str, Any]], interval_s: float = 1.0) -> None:
-    """Redraw status in place until Ctrl-C."""
+    """Redraw status in place (no flicker: rich Live updates one region) until Ctrl-C."""
+    previous, at = fetch(), time.monotonic()
     try:
-        with Live(status_renderable(fetch()), console=console, refresh_per_second=4,
-                  screen=False) as live:
+        with Live(status_renderable(previous, {}), console=console, refresh_per_second=4,
+                  screen=False, transient=False) as live:
             while True:
                 time.sleep(interval_s)
-                live.update(status_renderable(fetch()))
+                current, now = fetch(), time.monotonic()
+                live.update(status_renderable(current, pass_rates(previous, current, now - at)))
+                previous, at = current, now
     except KeyboardInterrupt:
         pass
 

@@ -20,7 +20,7 @@ from memoryd.models.embedder import EmbedderAPI
 from memoryd.queue import jobs as jobq
 from memoryd.service import validation
 from memoryd.service.committer import GroupCommitter
-from memoryd.store import audit, lifecycle, links, proposals, review, search
+from memoryd.store import audit, entities, lifecycle, links, proposals, review, search
 from memoryd.store import memories as mem
 from memoryd.store.engine import read_only
 from memoryd.store.ids import is_memory_id
@@ -121,6 +121,8 @@ class Dispatcher:
                 out["citations"] = links.targets(conn, memory_id, links.CITES)
             if "links" in include:
                 out["links"] = links.all_for(conn, memory_id)
+            if "entities" in include:
+                out["entities"] = entities.for_memory(conn, memory_id)
             return out
 
     async def memory_search(self, params: dict[str, Any], peer: Peer) -> Any:

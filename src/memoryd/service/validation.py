@@ -189,7 +189,7 @@ def parse_get(params: Mapping[str, Any]) -> tuple[str, list[str]]:
     if not isinstance(memory_id, str) or not memory_id:
         raise InvalidParams("id", "is required and must be a string")
     include = params.get("include", [])
-    allowed = ("history", "citations", "links")
+    allowed = ("history", "citations", "links", "entities")
     if not isinstance(include, list) or any(i not in allowed for i in include):
         raise InvalidParams("include", f"must be a list of {list(allowed)}")
     return memory_id, include

@@ -1,0 +1,37 @@
+"""The human status view: rates between snapshots, and a render that names every pass."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from memoryd.statusview import pass_rates, status_renderable
+
+
+def snapshot(processed: dict[str, int]) -> dict[str, Any]:
+    passes = {name: {"processed_total": n, "errors_total": 0, "mean_batch_ms": 12.0, "last_run_at": None,
+                     "state": "active", "reason": None} for name, n in processed.items()}
+    return {
+        "version": "0", "health": "healthy", "pid": 1, "uptime_s": 5.0, "db": {"bytes": 1e6},
+        "problems": [], "memories": {"active": 3},
+        "governor": {"state": "idle", "reason": "free", "cpu_percent": 1.0, "mem_available_bytes": 8e9},
+        "passes": passes, "queues": {name: {"ready": 1} for name in processed},
+        "models": {"embedder": {"enabled": True, "loaded": False, "path": None, "error": None}},
+    }
+
+
+def test_rates_are_jobs_finished_per_second_between_snapshots() -> None:
+    rates = pass_rates(snapshot({"embed": 10, "extract": 4}), snapshot({"embed": 30, "extract": 4}), 2.0)
+    assert rates == {"embed": 10.0, "extract": 0.0}
+    assert pass_rates(snapshot({"embed": 1}), snapshot({"embed": 2}), 0.0) == {}
+
+
+def test_render_shows_every_pass_and_the_rate_column_only_when_watching() -> None:
+    console = Console(width=160, record=True)
+    console.print(status_renderable(snapshot({"embed": 3, "reflect": 0}), {"embed": 2.5}))
+    text = console.export_text()
+    assert "embed" in text and "reflect" in text and "rate/s" in text and "2.5" in text
+    plain = Console(width=160, record=True)
+    plain.print(status_renderable(snapshot({"embed": 3})))
+    assert "rate/s" not in plain.export_text()
