@@ -58,20 +58,17 @@ def set_torch_threads(n: int) -> None:
         torch.set_num_threads(max(1, n))
 
 
-class LocalEmbedder:
-    """Lazy, thread-safe wrapper around a SentenceTransformer, in this process.
+class EmbedderBase:
+    """What every embedder shares: the name, availability, and query encoding
+    with a small cache that never waits for a model load."""
 
-    ``spec`` is 'bundled', 'none', or a local model directory.
-    """
+    spec: str
+    load_error: str | None
 
-    def __init__(self, spec: str = "bundled", batch_size: int = 64):
+    def __init__(self, spec: str) -> None:
         self.spec = spec
-        self.batch_size = batch_size
-        self._model: Any = None
-        self._lock = threading.Lock()
+        self.load_error = None
         self.last_used_at: float | None = None
-        self.load_error: str | None = None
-        self.path: str | None = None
         self._loading = threading.Event()
         self._query_cache: dict[str, np.ndarray] = {}
 
@@ -81,11 +78,17 @@ class LocalEmbedder:
 
     @property
     def loaded(self) -> bool:
-        return self._model is not None
+        raise NotImplementedError
 
     @property
     def name(self) -> str:
         return MODEL_NAME if self.spec == "bundled" else os.path.basename(self.spec.rstrip("/"))
+
+    def load(self) -> None:
+        raise NotImplementedError
+
+    def encode(self, texts: Sequence[str], threads: int | None = None) -> np.ndarray:
+        raise NotImplementedError
 
     def unavailable_reason(self) -> str | None:
         """Why the embed pass cannot run now, or None."""
@@ -94,6 +97,73 @@ class LocalEmbedder:
         if self.load_error:
             return f"embedder failed to load: {self.load_error}"
         return None
+
+    def query_unavailable_reason(self) -> str | None:
+        """Why a search cannot use the vector leg right now, or None."""
+        reason = self.unavailable_reason()
+        if reason:
+            return reason
+        if not self.loaded:
+            return "the embedder is loading; retry in a few seconds"
+        return None
+
+    def encode_query(self, text: str) -> np.ndarray | None:
+        """The query's vector, or None while the model is not loaded (or failed).
+
+        A search never waits for a model load: the first one starts loading
+        in the background and is answered lexically with a notice.
+        """
+        cached = self._query_cache.get(text)
+        if cached is not None:
+            return cached
+        if not self.loaded:
+            self._load_in_background()
+            return None
+        try:
+            vec = self.encode([text])[0]
+        except Exception as exc:  # the search falls back to lexical with a notice
+            log.warning("search.query_embed_failed", error=str(exc))
+            return None
+        if len(self._query_cache) >= QUERY_CACHE_SIZE:
+            self._query_cache.pop(next(iter(self._query_cache)), None)
+        self._query_cache[text] = vec
+        return vec
+
+    def _load_in_background(self) -> None:
+        if not self.enabled or self.load_error or self._loading.is_set():
+            return
+        self._loading.set()
+
+        def load() -> None:
+            try:
+                self.load()
+            except Exception as exc:  # load_error is set by load(); status shows it
+                log.warning("model.background_load_failed", error=str(exc))
+            finally:
+                self._loading.clear()
+
+        threading.Thread(target=load, name="memoryd-embedder-load", daemon=True).start()
+
+    def forget_queries(self) -> None:
+        self._query_cache.clear()
+
+
+class LocalEmbedder(EmbedderBase):
+    """Lazy, thread-safe wrapper around a SentenceTransformer, in this process.
+
+    ``spec`` is 'bundled', 'none', or a local model directory.
+    """
+
+    def __init__(self, spec: str = "bundled", batch_size: int = 64):
+        super().__init__(spec)
+        self.batch_size = batch_size
+        self._model: Any = None
+        self._lock = threading.Lock()
+        self.path: str | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
 
     def _load(self) -> Any:
         if self._model is not None:
@@ -141,55 +211,12 @@ class LocalEmbedder:
         self.last_used_at = time.time()
         return np.asarray(vectors, dtype=np.float32)
 
-    def encode_query(self, text: str) -> np.ndarray | None:
-        """The query's vector, or None while the model is not loaded.
-
-        A search never waits for a model load: the first one starts loading
-        in the background and is answered lexically with a notice.
-        """
-        cached = self._query_cache.get(text)
-        if cached is not None:
-            return cached
-        if self._model is None:
-            self._load_in_background()
-            return None
-        vec = self.encode([text])[0]
-        if len(self._query_cache) >= QUERY_CACHE_SIZE:
-            self._query_cache.pop(next(iter(self._query_cache)))
-        self._query_cache[text] = vec
-        return vec
-
-    def query_unavailable_reason(self) -> str | None:
-        """Why a search cannot use the vector leg right now, or None."""
-        reason = self.unavailable_reason()
-        if reason:
-            return reason
-        if self._model is None:
-            return "the embedder is loading; retry in a few seconds"
-        return None
-
-    def _load_in_background(self) -> None:
-        if not self.enabled or self.load_error or self._loading.is_set():
-            return
-        self._loading.set()
-
-        def load() -> None:
-            try:
-                with self._lock:
-                    self._load()
-            except EmbedderUnavailable:
-                pass
-            finally:
-                self._loading.clear()
-
-        threading.Thread(target=load, name="memoryd-embedder-load", daemon=True).start()
-
     def release(self) -> None:
         """Drop the model so its memory can be returned."""
         with self._lock:
             if self._model is not None:
                 self._model = None
-                self._query_cache.clear()
+                self.forget_queries()
                 log.info("model.released", model="embedder")
 
     def status(self) -> dict[str, Any]:

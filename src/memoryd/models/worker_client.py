@@ -25,7 +25,7 @@ import psutil
 import structlog
 
 from memoryd.errors import PassUnavailable
-from memoryd.models.embedder import MODEL_NAME, QUERY_CACHE_SIZE, EmbedderUnavailable
+from memoryd.models.embedder import EmbedderBase, EmbedderUnavailable
 
 log = structlog.get_logger(__name__)
 
@@ -156,47 +156,21 @@ class ModelWorker:
             return None
 
 
-class WorkerEmbedder:
+class WorkerEmbedder(EmbedderBase):
     """The embedder, run in the model worker process."""
 
     def __init__(self, worker: ModelWorker, spec: str = "bundled"):
-        self.spec = spec
+        super().__init__(spec)
         self.worker = worker
-        self.last_used_at: float | None = None
-        self.load_error: str | None = None
         self.path: str | None = None
         self._model_ready = False
-        self._loading = threading.Event()
-        self._query_cache: dict[str, np.ndarray] = {}
-
-    @property
-    def enabled(self) -> bool:
-        return self.spec != "none"
 
     @property
     def loaded(self) -> bool:
         return self._model_ready and self.worker.alive()
 
-    @property
-    def name(self) -> str:
-        return MODEL_NAME if self.spec == "bundled" else os.path.basename(self.spec.rstrip("/"))
-
-    def unavailable_reason(self) -> str | None:
-        if not self.enabled:
-            return "embedder disabled (--embedder none); embed jobs stay queued"
-        if self.load_error:
-            return f"embedder failed to load: {self.load_error}"
-        return None
-
-    def query_unavailable_reason(self) -> str | None:
-        reason = self.unavailable_reason()
-        if reason:
-            return reason
-        if not self.loaded:
-            return "the embedder is loading; retry in a few seconds"
-        return None
-
-    def _ensure_loaded(self) -> None:
+    def load(self) -> None:
+        """Have the worker load the model (starting the worker if needed)."""
         if not self.enabled:
             raise EmbedderUnavailable(self.unavailable_reason() or "disabled")
         if self.loaded:
@@ -213,47 +187,15 @@ class WorkerEmbedder:
 
     def encode(self, texts: Sequence[str], threads: int | None = None) -> np.ndarray:
         """Vectors from the worker; raises WorkerCrashed if it dies meanwhile."""
-        self._ensure_loaded()
+        self.load()
         result = self.worker.request("embed", texts=list(texts), threads=threads)
         self.last_used_at = time.time()
         return np.asarray(result, dtype=np.float32)
 
-    def encode_query(self, text: str) -> np.ndarray | None:
-        cached = self._query_cache.get(text)
-        if cached is not None:
-            return cached
-        if not self.loaded:
-            self._load_in_background()
-            return None
-        try:
-            vec = self.encode([text])[0]
-        except (WorkerCrashed, EmbedderUnavailable, RuntimeError) as exc:
-            log.warning("search.query_embed_failed", error=str(exc))
-            return None
-        if len(self._query_cache) >= QUERY_CACHE_SIZE:
-            self._query_cache.pop(next(iter(self._query_cache)), None)
-        self._query_cache[text] = vec
-        return vec
-
-    def _load_in_background(self) -> None:
-        if not self.enabled or self.load_error or self._loading.is_set():
-            return
-        self._loading.set()
-
-        def load() -> None:
-            try:
-                self._ensure_loaded()
-            except (WorkerCrashed, EmbedderUnavailable):
-                pass
-            finally:
-                self._loading.clear()
-
-        threading.Thread(target=load, name="memoryd-embedder-load", daemon=True).start()
-
     def release(self) -> None:
         self.worker.stop()
         self._model_ready = False
-        self._query_cache.clear()
+        self.forget_queries()
 
     def status(self) -> dict[str, Any]:
         return {

@@ -10,12 +10,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from memoryd.config import Config
+from memoryd.errors import StaleLease
 from memoryd.models.embedder import EmbedderAPI
+from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
 
 
@@ -71,3 +74,30 @@ class Pass(ABC):
     @abstractmethod
     def run(self, batch: list[Job], ctx: PassContext) -> PassResult:
         """Process a claimed batch; complete each job with its output."""
+
+
+class PerJobPass(Pass):
+    """A pass whose every job is one transaction: the job's completion plus
+    whatever :meth:`apply` writes (a lost lease rolls both back)."""
+
+    def apply(self, conn: Connection, job: Job, now: datetime, ctx: PassContext) -> None:
+        """Write this job's effect inside the completion's transaction."""
+        raise NotImplementedError
+
+    def after_batch(self, ctx: PassContext) -> None:
+        """Hook run once the batch's transactions have committed."""
+
+    def run(self, batch: list[Job], ctx: PassContext) -> PassResult:
+        result = PassResult()
+        for job in batch:
+            now_epoch = ctx.now()
+            try:
+                with ctx.engine.begin() as conn:
+                    jobq.complete(conn, job, now=now_epoch)
+                    self.apply(conn, job, datetime.fromtimestamp(now_epoch, UTC), ctx)
+            except StaleLease:
+                result.stale += 1
+                continue
+            result.processed += 1
+        self.after_batch(ctx)
+        return result

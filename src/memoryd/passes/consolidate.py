@@ -19,15 +19,13 @@ proposal for the same pair is never raised twice.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import Connection, select, update
 
 from memoryd.clock import to_rfc3339
-from memoryd.errors import StaleLease
-from memoryd.passes.base import Pass, PassContext, PassResult
-from memoryd.queue import jobs as jobq
+from memoryd.passes.base import PassContext, PerJobPass
 from memoryd.queue.jobs import Job
 from memoryd.store import audit, links, proposals, vectors
 from memoryd.store.memories import content_hash, is_tombstoned
@@ -38,24 +36,12 @@ from memoryd.text.values import value_slots
 NEIGHBOURS = 10
 
 
-class ConsolidatePass(Pass):
+class ConsolidatePass(PerJobPass):
     name: ClassVar[str] = "consolidate"
     batch_size: ClassVar[int] = 32
 
-    def run(self, batch: list[Job], ctx: PassContext) -> PassResult:
-        result = PassResult()
-        for job in batch:
-            now_epoch = ctx.now()
-            now = datetime.fromtimestamp(now_epoch, UTC)
-            try:
-                with ctx.engine.begin() as conn:
-                    jobq.complete(conn, job, now=now_epoch)
-                    consolidate_one(conn, job.target, now, ctx)
-            except StaleLease:
-                result.stale += 1
-                continue
-            result.processed += 1
-        return result
+    def apply(self, conn: Connection, job: Job, now: datetime, ctx: PassContext) -> None:
+        consolidate_one(conn, job.target, now, ctx)
 
 
 def neighbours(conn: Connection, row: Any) -> list[tuple[Any, float]]:

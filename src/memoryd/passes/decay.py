@@ -8,33 +8,21 @@ the same values.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import ClassVar
 
-from memoryd.errors import StaleLease
-from memoryd.passes.base import Pass, PassContext, PassResult
-from memoryd.queue import jobs as jobq
+from sqlalchemy import Connection
+
+from memoryd.passes.base import PassContext, PerJobPass
 from memoryd.queue.jobs import Job
 from memoryd.store import decay
 
 
-class DecayPass(Pass):
+class DecayPass(PerJobPass):
     name: ClassVar[str] = "decay"
     batch_size: ClassVar[int] = 1
     schedule_key: ClassVar[str | None] = "decay_interval_s"
 
-    def run(self, batch: list[Job], ctx: PassContext) -> PassResult:
-        result = PassResult()
-        for job in batch:
-            now_epoch = ctx.now()
-            try:
-                with ctx.engine.begin() as conn:
-                    jobq.complete(conn, job, now=now_epoch)
-                    decay.run_batch(conn, datetime.fromtimestamp(now_epoch, UTC),
-                                    half_life_days=ctx.config.decay_half_life_days,
-                                    limit=ctx.config.decay_batch, actor=f"pass:{self.name}")
-            except StaleLease:
-                result.stale += 1
-                continue
-            result.processed += 1
-        return result
+    def apply(self, conn: Connection, job: Job, now: datetime, ctx: PassContext) -> None:
+        decay.run_batch(conn, now, half_life_days=ctx.config.decay_half_life_days,
+                        limit=ctx.config.decay_batch, actor=f"pass:{self.name}")

@@ -13,14 +13,13 @@ gone from the -wal file as well as from the database pages (secure_delete).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import ClassVar
 
 import structlog
+from sqlalchemy import Connection
 
-from memoryd.errors import StaleLease
-from memoryd.passes.base import Pass, PassContext, PassResult
-from memoryd.queue import jobs as jobq
+from memoryd.passes.base import PassContext, PerJobPass
 from memoryd.queue.jobs import Job
 from memoryd.store import lifecycle
 from memoryd.store.engine import checkpoint_wal
@@ -31,37 +30,30 @@ FORGET_PREFIX = "forget:"
 TICK = "tick"
 
 
-class RetentionPass(Pass):
+class RetentionPass(PerJobPass):
     name: ClassVar[str] = "retention"
     batch_size: ClassVar[int] = 16
     schedule_key: ClassVar[str | None] = "retention_interval_s"
 
-    def run(self, batch: list[Job], ctx: PassContext) -> PassResult:
-        result = PassResult()
-        erased_any = False
+    def __init__(self) -> None:
+        self._erased = False
+
+    def apply(self, conn: Connection, job: Job, now: datetime, ctx: PassContext) -> None:
         actor = f"pass:{self.name}"
-        for job in batch:
-            now_epoch = ctx.now()
-            now = datetime.fromtimestamp(now_epoch, UTC)
-            try:
-                with ctx.engine.begin() as conn:
-                    jobq.complete(conn, job, now=now_epoch)
-                    if job.target.startswith(FORGET_PREFIX):
-                        n = lifecycle.finish_forget_request(conn, job.target[len(FORGET_PREFIX):], now, actor)
-                        erased_any |= n > 0
-                    elif job.target == TICK:
-                        cfg = ctx.config
-                        expired = lifecycle.expire(conn, now, session_ttl_s=cfg.session_ttl_s,
-                                                   limit=cfg.retention_batch, actor=actor)
-                        purged = lifecycle.purge_archived(conn, now, window_s=cfg.archive_window_s,
-                                                          limit=cfg.retention_batch, actor=actor)
-                        erased_any |= purged > 0
-                        if expired or purged:
-                            log.info("retention.sweep", expired=expired, purged=purged)
-            except StaleLease:
-                result.stale += 1
-                continue
-            result.processed += 1
-        if erased_any:
+        if job.target.startswith(FORGET_PREFIX):
+            erased = lifecycle.finish_forget_request(conn, job.target[len(FORGET_PREFIX):], now, actor)
+            self._erased |= erased > 0
+        elif job.target == TICK:
+            cfg = ctx.config
+            expired = lifecycle.expire(conn, now, session_ttl_s=cfg.session_ttl_s,
+                                       limit=cfg.retention_batch, actor=actor)
+            purged = lifecycle.purge_archived(conn, now, window_s=cfg.archive_window_s,
+                                              limit=cfg.retention_batch, actor=actor)
+            self._erased |= purged > 0
+            if expired or purged:
+                log.info("retention.sweep", expired=expired, purged=purged)
+
+    def after_batch(self, ctx: PassContext) -> None:
+        if self._erased:
             checkpoint_wal(ctx.engine)
-        return result
+            self._erased = False

@@ -1,7 +1,8 @@
 """Choose the SQLite DB-API module in one place.
 
 The standard library's ``sqlite3`` is used where it can load extensions
-(sqlite-vec needs that); otherwise ``pysqlite3`` (a modern SQLite in a wheel).
+(sqlite-vec needs that) and its SQLite is recent enough; otherwise ``pysqlite3``
+(a modern SQLite in a wheel).
 Two SQLite libraries must never be loaded into one process, so every engine,
 test and benchmark asks this module instead of importing a driver itself.
 """
@@ -14,19 +15,24 @@ from types import ModuleType
 
 from memoryd.errors import ConfigError
 
+#: The oldest SQLite memoryd runs on: FTS5 'secure-delete' (migration 0003) arrived in 3.42.
+MIN_SQLITE_VERSION = (3, 42, 0)
+
 
 @functools.cache
 def sqlite_module() -> ModuleType:
     """The DB-API module memoryd uses for SQLite."""
-    if hasattr(sqlite3.Connection, "enable_load_extension"):
+    if (hasattr(sqlite3.Connection, "enable_load_extension")
+            and sqlite3.sqlite_version_info >= MIN_SQLITE_VERSION):
         return sqlite3
     try:
         import pysqlite3.dbapi2 as pysqlite
     except ImportError as exc:
         raise ConfigError(
-            "this Python's sqlite3 cannot load extensions and pysqlite3 is not installed; "
+            f"this Python's sqlite3 (SQLite {sqlite3.sqlite_version}) cannot load extensions or is "
+            f"older than {'.'.join(map(str, MIN_SQLITE_VERSION))}, and pysqlite3 is not installed; "
             "install 'pysqlite3-binary' (Linux x86_64) or use a Python built with "
-            "--enable-loadable-sqlite-extensions"
+            "--enable-loadable-sqlite-extensions against a newer SQLite"
         ) from exc
     return pysqlite
 
