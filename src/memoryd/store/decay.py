@@ -64,7 +64,7 @@ def run_batch(conn: Connection, now: datetime, *, half_life_days: float, limit: 
                      .values(importance=bindparam("v")), changes)
     end = rows[-1].seq if len(rows) == limit else 0  # wrap around after the last row
     _set_cursor(conn, end)
-    if rows:
+    if changes:
         audit.append(conn, at=to_rfc3339(now), actor=actor, action="memory.decay", memory_id=None,
                      detail={"first_seq": rows[0].seq, "last_seq": rows[-1].seq, "scanned": len(rows),
                              "changed": len(changes)})

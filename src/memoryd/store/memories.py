@@ -224,6 +224,9 @@ def to_public(row: Row[Any] | dict[str, Any]) -> dict[str, Any]:
     data = dict(row._mapping) if isinstance(row, Row) else dict(row)
     if data.get("status") == "forgotten":
         return {"id": data["id"], "status": "forgotten", "content": None}
+    if data.get("status") == "deleting":
+        # Being erased: the text is no longer served, only the id and the state.
+        return {"id": data["id"], "status": "deleting", "content": None}
     out = {name: data.get(name) for name in PUBLIC_FIELDS}
     out["derived"] = bool(out["derived"])
     return out
