@@ -18,19 +18,25 @@ from memoryd.errors import MemorydError
 EXIT_OK, EXIT_DEGRADED, EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_DENIED = 0, 1, 2, 3, 4
 
 
+class UsageProblem(click.ClickException):
+    """A bad config file or flag: exit 2, never 1 (which `status` uses for "degraded")."""
+
+    exit_code = EXIT_ERROR
+
+
 def _load(config: str | None, socket: str | None) -> Config:
     try:
         return load_config(config, socket=socket)
     except MemorydError as exc:
-        raise click.ClickException(exc.message) from exc
+        raise UsageProblem(exc.message) from exc
 
 
 def client_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--socket, --config and --json, shared by every client command."""
 
-    @click.option("--socket", "socket_path", type=click.Path(dir_okay=False), default=None,
+    @click.option("--socket", "socket_path", default=None, metavar="PATH",
                   help="Agent socket path (default: $MEMORYD_SOCKET, then the runtime dir).")
-    @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+    @click.option("--config", "config_path", default=None, metavar="FILE",
                   help="Config file (default: $MEMORYD_CONFIG, then the platform config dir).")
     @click.option("--json", "as_json", is_flag=True, help="Print the method's result as JSON.")
     @functools.wraps(fn)
@@ -396,12 +402,17 @@ def service_install(system: bool, data_dir: str | None, as_json: bool) -> None:
 
     target = _target(system, data_dir)
     steps = install(target)
+    failed = [s for s in steps if " failed (" in s]
     if as_json:
-        _print_json({"steps": steps, "undo": undo_hint(target)})
-        return
-    for step in steps:
-        click.echo(f"- {step}")
-    click.echo(undo_hint(target))
+        _print_json({"steps": steps, "undo": undo_hint(target), "ok": not failed})
+    else:
+        for step in steps:
+            click.echo(f"- {step}")
+        click.echo(undo_hint(target))
+    if failed:
+        click.echo(f"Error: {len(failed)} step(s) failed; the unit files are written, start them by hand "
+                   "or fix the cause and run install again", err=True)
+        sys.exit(EXIT_ERROR)
 
 
 @service.command("uninstall")
@@ -418,11 +429,14 @@ def service_uninstall(system: bool, data_dir: str | None, as_json: bool) -> None
     from memoryd.osservice.install import uninstall
 
     steps = uninstall(_target(system, data_dir))
+    failed = [s for s in steps if " failed (" in s]
     if as_json:
-        _print_json({"steps": steps})
-        return
-    for step in steps:
-        click.echo(f"- {step}")
+        _print_json({"steps": steps, "ok": not failed})
+    else:
+        for step in steps:
+            click.echo(f"- {step}")
+    if failed:
+        sys.exit(EXIT_ERROR)
 
 
 @main.command()

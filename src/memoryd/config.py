@@ -132,19 +132,30 @@ class Config:
     def validate(self) -> None:
         """Raise ConfigError naming the key and the fix when a value is unusable."""
         positive = (
+            "decay_batch", "retention_batch", "busy_batch_size", "model_threads",
             "max_frame_bytes", "max_content_bytes", "max_connections", "max_inflight_per_connection",
             "write_queue_max", "write_batch_max", "read_threads", "job_max_attempts", "embed_batch_size",
         )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"config key {name!r} must be at least 1 (got {getattr(self, name)!r})")
-        for name in ("job_lease_s", "backoff_base_s", "backoff_max_s", "tick_interval_s", "busy_timeout_ms"):
+        for name in ("job_lease_s", "backoff_base_s", "backoff_max_s", "tick_interval_s", "busy_timeout_ms",
+                     "decay_half_life_days", "decay_interval_s", "retention_interval_s", "session_ttl_s",
+                     "archive_window_s", "governor_interval_s", "model_idle_s", "model_timeout_s",
+                     "llm_timeout_s", "prune_interval_s", "done_retention_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key {name!r} must be positive (got {getattr(self, name)!r})")
         if self.idempotency_ttl_s < 86400:
             raise ConfigError("config key 'idempotency_ttl_s' must be at least 86400 (24 h, PROTOCOL.md)")
         if self.log_format not in ("auto", "json", "console"):
             raise ConfigError("config key 'log_format' must be 'auto', 'json' or 'console'")
+        for name in ("merge_min_cosine", "merge_min_jaccard", "reflect_min_cosine",
+                     "reflect_subject_jaccard", "classify_margin"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"config key {name!r} must be between 0 and 1 "
+                                  f"(got {getattr(self, name)!r})")
+        if not self.entity_types or any(not isinstance(t, str) or not t for t in self.entity_types):
+            raise ConfigError("config key 'entity_types' must be a non-empty list of names")
         if not self.kinds or any(not isinstance(k, str) or not k or k == "auto" for k in self.kinds):
             raise ConfigError("config key 'kinds' must be a non-empty list of names other than 'auto'")
 
@@ -205,6 +216,10 @@ def _coerce(name: str, default: Any, factory: Any, value: Any) -> Any:
     proto = factory() if default is MISSING else default
     try:
         if isinstance(proto, bool):
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError("expected true or false")
+                return value.lower() in ("true", "1", "yes")
             return bool(value)
         if isinstance(proto, int):
             return int(value)

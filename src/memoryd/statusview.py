@@ -24,8 +24,12 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def _when(epoch: float | None) -> str:
-    return "-" if epoch is None else _age(time.time() - epoch) + " ago"
+def _when(stamp: str | None) -> str:
+    if stamp is None:
+        return "-"
+    from memoryd.clock import parse_rfc3339
+
+    return _age(time.time() - parse_rfc3339(stamp).timestamp()) + " ago"
 
 
 def status_renderable(s: dict[str, Any], rates: dict[str, float] | None = None) -> Group:

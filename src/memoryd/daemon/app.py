@@ -98,6 +98,7 @@ class Daemon:
     async def _main(self) -> int:
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.lock.acquire()
+        lower_priority(self.cfg.nice)
         try:
             return await self._serve()
         finally:

@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 from sqlalchemy import func, select
 
+from memoryd.clock import rfc3339_from_epoch
 from memoryd.daemon.governor import BUSY, IDLE, Governor
 from memoryd.daemon.selection import plan_cycle
 from memoryd.errors import PassUnavailable, StaleLease
@@ -42,7 +43,7 @@ class PassStats:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "last_run_at": self.last_run_at,
+            "last_run_at": None if self.last_run_at is None else rfc3339_from_epoch(self.last_run_at),
             "last_error": self.last_error,
             "processed_total": self.processed_total,
             "errors_total": self.errors_total,
@@ -114,7 +115,7 @@ class PassRunner:
     def runnable(self) -> dict[str, bool]:
         now = self.ctx.now()
         return {
-            name: p.consumes == "queue" and p.unavailable_reason(self.ctx) is None
+            name: p.unavailable_reason(self.ctx) is None
             and self._cooldown.get(name, 0.0) <= now
             for name, p in self.passes.items()
         }

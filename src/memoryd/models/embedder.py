@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 import structlog
 
+from memoryd.clock import rfc3339_from_epoch
 from memoryd.errors import PassUnavailable
 
 log = structlog.get_logger(__name__)
@@ -224,7 +225,7 @@ class LocalEmbedder(EmbedderBase):
             "loaded": self.loaded,
             "enabled": self.enabled,
             "path": self.path or (None if not self.enabled else self.spec),
-            "last_used_at": self.last_used_at,
+            "last_used_at": None if self.last_used_at is None else rfc3339_from_epoch(self.last_used_at),
             "error": self.load_error,
         }
 

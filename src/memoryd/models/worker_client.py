@@ -24,6 +24,7 @@ import numpy as np
 import psutil
 import structlog
 
+from memoryd.clock import rfc3339_from_epoch
 from memoryd.errors import PassUnavailable
 from memoryd.models.embedder import EmbedderBase, EmbedderUnavailable
 
@@ -63,7 +64,10 @@ class ModelWorker:
     def _start(self) -> Connection:
         parent, child = socket.socketpair()
         cmd = [sys.executable, "-m", "memoryd.models.worker", "--fd", str(child.fileno()), *self.args]
+        # Own session: a Ctrl-C at the daemon's terminal is the daemon's to handle;
+        # it stops the worker itself.
         proc = subprocess.Popen(cmd, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
+                                start_new_session=True,
                                 env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
         child.close()
         conn = Connection(parent.detach())
@@ -203,7 +207,7 @@ class WorkerEmbedder(EmbedderBase):
             "model": self.name,
             "enabled": self.enabled,
             "path": self.path or (None if not self.enabled else self.spec),
-            "last_used_at": self.last_used_at,
+            "last_used_at": None if self.last_used_at is None else rfc3339_from_epoch(self.last_used_at),
             "error": self.load_error,
             "worker_pid": self.worker.pid,
             "worker_rss_bytes": self.worker.rss_bytes(),
@@ -260,5 +264,6 @@ class WorkerLLM:
         return str(text)
 
     def status(self) -> dict[str, Any]:
+        used = None if self.last_used_at is None else rfc3339_from_epoch(self.last_used_at)
         return {"loaded": self.loaded, "enabled": self.enabled, "path": self.name if self._ready else None,
-                "last_used_at": self.last_used_at, "error": self.load_error}
+                "last_used_at": used, "error": self.load_error}

@@ -66,6 +66,9 @@ def render(target: Target) -> dict[str, str]:
             .replace("@DATA_DIR@", str(target.data_dir))
             .replace("@LOG_DIR@", str(target.log_dir))
         )
+        if target.system and name == "memoryd.socket":
+            # System sockets would be root's; the daemon runs as the user, so the user owns them.
+            text = text.replace("SocketMode=0600\n", f"SocketMode=0600\nSocketUser={target.user}\n", 1)
         if target.system and name == "memoryd.service":
             # A system unit runs as the installing user, started at boot.
             text = text.replace("[Service]\n", f"[Service]\nUser={target.user}\n", 1)

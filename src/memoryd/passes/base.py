@@ -49,7 +49,8 @@ class Pass(ABC):
     """One kind of background work.
 
     ``consumes`` is ``"queue"`` (jobs enqueued per target) or ``"schedule"``
-    (time-driven). ``implemented`` is False for a pass registered by name
+    (time-driven: daemon/schedules.py enqueues a ``tick`` job when due, and
+    the runner runs it like any other job). ``implemented`` is False for a pass registered by name
     whose body comes in a later version: it is listed in status, never run,
     and nothing enqueues for it.
     """

@@ -20,6 +20,7 @@ from memoryd.store import decay
 
 class DecayPass(PerJobPass):
     name: ClassVar[str] = "decay"
+    consumes: ClassVar[str] = "schedule"
     batch_size: ClassVar[int] = 1
     schedule_key: ClassVar[str | None] = "decay_interval_s"
 

@@ -32,6 +32,7 @@ TICK = "tick"
 
 class RetentionPass(PerJobPass):
     name: ClassVar[str] = "retention"
+    consumes: ClassVar[str] = "schedule"
     batch_size: ClassVar[int] = 16
     schedule_key: ClassVar[str | None] = "retention_interval_s"
 

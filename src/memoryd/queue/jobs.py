@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, and_, case, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from memoryd.clock import rfc3339_from_epoch
 from memoryd.errors import StaleLease
 from memoryd.queue.backoff import backoff_s
 from memoryd.store.schema import jobs
@@ -205,6 +206,7 @@ def retry_dead(conn: Connection, *, now: float, job_ids: Sequence[int] = (),
             revived += conn.execute(
                 update(jobs).where(jobs.c.id == row.id).values(
                     state="ready", attempts=0, run_after=now, updated_at=now, finished_at=None,
+                    last_error=None,
                 )
             ).rowcount
     return revived
@@ -267,12 +269,15 @@ def list_jobs(conn: Connection, *, state: str | None = None, pass_name: str | No
             q = q.where(jobs.c.state == state)
     if pass_name:
         q = q.where(pass_col == pass_name)
+    def ts(epoch: float | None) -> str | None:
+        return None if epoch is None else rfc3339_from_epoch(epoch)
+
     return [
         {
             "id": r.id, "pass": r._mapping["pass"], "target": r.target, "state": r.state,
-            "attempts": r.attempts, "max_attempts": r.max_attempts, "run_after": r.run_after,
-            "last_error": r.last_error, "lease_owner": r.lease_owner, "lease_until": r.lease_until,
-            "created_at": r.created_at, "finished_at": r.finished_at,
+            "attempts": r.attempts, "max_attempts": r.max_attempts, "run_after": ts(r.run_after),
+            "last_error": r.last_error, "lease_owner": r.lease_owner, "lease_until": ts(r.lease_until),
+            "created_at": ts(r.created_at), "finished_at": ts(r.finished_at),
         }
         for r in conn.execute(q)
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,12 +23,27 @@ class Request:
         return self.id is _NO_ID
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} does not fit a double")
+    return value
+
+
 def decode(line: bytes) -> Request:
     """Parse one frame; raise ParseError or InvalidRequest (with ``id`` in data when known)."""
     try:
-        obj = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        # Strict JSON: Python would accept NaN/Infinity and overflow 1e400 to inf, and then
+        # echo them back in a reply that no JSON parser reads.
+        obj = json.loads(line, parse_constant=_reject_constant, parse_float=_finite_float)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, the hooks, int digit limit
         raise ParseError(f"the frame is not valid JSON ({exc}); send one JSON object per line") from exc
+    except RecursionError:
+        raise ParseError("the frame nests too deeply to parse; send a flatter JSON object") from None
     if isinstance(obj, list):
         raise InvalidRequest("batches (JSON arrays) are not supported; send one request per line")
     if not isinstance(obj, dict):

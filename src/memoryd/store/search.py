@@ -234,10 +234,34 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: np.ndarr
     elif use_vector:
         mode_used = "vector"
         rows = _single(vec_rows, req, lambda r: 1.0 - r["distance"], "vector")
+        if len(rows) < req.k:
+            rows += _fill(rows, lexical(conn, req, now_s, want), req, "lexical", notices)
     else:
         mode_used = "lexical"
         rows = _single(lex_rows, req, lambda r: r["bm25"], "lexical")
+        if len(rows) < req.k and req.mode == "lexical" and query_vec is not None:
+            rows += _fill(rows, vector(conn, req, now_s, query_vec, want)[0], req, "vector", notices)
     return SearchOutcome(results=rows, mode_used=mode_used, notices=notices)
+
+
+def _fill(rows: list[dict[str, Any]], other: list[dict[str, Any]], req: SearchRequest, leg: str,
+          notices: list[str]) -> list[dict[str, Any]]:
+    """Rows of the other leg, ranked after (and scored below) the ones found, up to k."""
+    have = {r["seq"] for r in rows}
+    floor = min((r["score"] for r in rows), default=1.0)
+    extra: list[dict[str, Any]] = []
+    for rank, row in enumerate((r for r in other if r["seq"] not in have), start=1):
+        if len(rows) + len(extra) >= req.k:
+            break
+        item = dict(row)
+        item["score"] = floor * 0.5 / rank if floor > 0 else -float(rank)
+        if req.explain:
+            item["explain"] = {f"{leg}_rank": rank, "filled_from": leg}
+        extra.append(item)
+    if extra:
+        notices.append(f"{len(extra)} result(s) filled from the {leg} leg (the {req.mode} leg found "
+                       f"{len(rows)} of k={req.k})")
+    return extra
 
 
 def _single(rows: list[dict[str, Any]], req: SearchRequest, score: Any, leg: str) -> list[dict[str, Any]]:
