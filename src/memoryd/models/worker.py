@@ -70,7 +70,7 @@ def serve(conn: Connection, embedder_spec: str, idle_s: float, batch_size: int, 
                 text = get_llm().complete(
                     req["prompt"], grammar=req.get("grammar"), schema=req.get("schema"),
                     max_tokens=req.get("max_tokens", 64), timeout_s=req.get("timeout_s", 60.0),
-                    threads=req.get("threads"), stop=req.get("stop"),
+                    threads=req.get("threads"), stop=req.get("stop"), family=req.get("family", "default"),
                 )
                 reply({"id": req["id"], "ok": True, "result": text})
             elif req["op"] == "ping":

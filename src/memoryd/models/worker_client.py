@@ -255,11 +255,11 @@ class WorkerLLM:
 
     def complete(self, prompt: str, *, grammar: str | None = None, schema: dict[str, Any] | None = None,
                  max_tokens: int = 64, timeout_s: float = 60.0, threads: int | None = None,
-                 stop: list[str] | None = None) -> str:
+                 stop: list[str] | None = None, family: str = "default") -> str:
         self.load()
         text = self.worker.request("complete", wait_s=timeout_s + 30, prompt=prompt, grammar=grammar,
                                    schema=schema, max_tokens=max_tokens, timeout_s=timeout_s,
-                                   threads=threads, stop=stop)
+                                   threads=threads, stop=stop, family=family)
         self.last_used_at = time.time()
         return str(text)
 

@@ -135,7 +135,8 @@ class ClassifyPass(Pass):
         # The LLM only breaks the tie among the embedding's best few kinds.
         shortlist = [k for k, _ in ranked[:LLM_SHORTLIST]]
         answer = ctx.llm.complete(few_shot_prompt(clf.examples, text), grammar=kind_grammar(shortlist),
-                                  max_tokens=6, timeout_s=ctx.config.llm_timeout_s, threads=ctx.threads)
+                                  max_tokens=6, timeout_s=ctx.config.llm_timeout_s, threads=ctx.threads,
+                                  family="classify")
         kind = answer.strip()
         if kind not in shortlist:
             raise ValueError(f"the LLM answered {answer!r}, not one of the configured kinds")

@@ -1,14 +1,15 @@
 """The extract pass: entities and grounded atomic facts, as derived memories.
 
 Reads: a source memory. Asks: deterministic extractors (URLs, paths,
-host:port, versions, issue ids, commands, a gazetteer of well-known names)
-and the LLM, whose answer a JSON schema constrains to the configured entity
-types. Validates: an entity type outside the vocabulary is discarded and
-counted; an entity name not in the source, or a fact whose content words or
-values are not in the source, is dropped and counted. Writes, in one
-transaction with the job's completion: entities (canonicalised: exact →
-normalised/alias → embedding match), mentions, derived ``candidate`` facts
-citing the source (store/derive.py) and an ``extractions`` record.
+host:port, versions, issue ids, commands, a gazetteer of well-known names;
+facts from the note's self-contained clauses, text/clauses.py) and the LLM,
+whose answer a JSON schema constrains to the configured entity types.
+Validates: an entity type outside the vocabulary is discarded and counted; an
+entity name not in the source, or a fact whose content words or values are not
+in the source, is dropped and counted. Writes, in one transaction with the
+job's completion: entities (canonicalised: exact → normalised/alias →
+embedding match), mentions, derived ``candidate`` facts citing the source
+(store/derive.py) and an ``extractions`` record.
 
 Running it twice changes nothing: a source already extracted with the same
 content hash is skipped; tombstoned facts are never re-derived.
@@ -34,6 +35,7 @@ from memoryd.store import entities as ents
 from memoryd.store.engine import read_only
 from memoryd.store.memories import WriteContext
 from memoryd.store.schema import LIVE_STATUSES, extractions, memories
+from memoryd.text.clauses import clauses
 from memoryd.text.entities import Found, find_deterministic, normalise
 from memoryd.text.grounding import grounded
 from memoryd.text.normalize import loose
@@ -113,17 +115,21 @@ def validate(text: str, answer: Any, types: list[str], deterministic: list[Found
             seen.add((name.lower(), type_))
             out.entities.append(Found(name, type_))
     source_loose = loose(text)
-    for fact in answer["facts"][:MAX_FACTS]:
-        if not isinstance(fact, str):
-            raise ValueError("a fact in the LLM's answer is not a string")
+    llm_facts = answer["facts"][:MAX_FACTS]
+    if any(not isinstance(f, str) for f in llm_facts):
+        raise ValueError("a fact in the LLM's answer is not a string")
+    seen_facts: set[str] = set()
+    for fact in [*clauses(text), *llm_facts]:
         fact = " ".join(fact.split()).strip()
         if not fact:
             continue
         if not grounded(fact, text):
             out.dropped_ungrounded += 1
             continue
-        if loose(fact) != source_loose and fact not in out.facts:
+        if loose(fact) != source_loose and loose(fact) not in seen_facts:
+            seen_facts.add(loose(fact))
             out.facts.append(fact)
+    out.facts = out.facts[:MAX_FACTS]
     return out
 
 
@@ -155,7 +161,8 @@ class ExtractPass(Pass):
                 continue
             try:
                 raw = ctx.llm.complete(prompt(row.content), schema=schema(types), max_tokens=320,
-                                       timeout_s=ctx.config.llm_timeout_s, threads=ctx.threads)
+                                       timeout_s=ctx.config.llm_timeout_s, threads=ctx.threads,
+                                  family="extract")
                 outcomes[job.id] = validate(row.content, json.loads(raw), types,
                                             find_deterministic(row.content))
             except (ValueError, json.JSONDecodeError) as exc:

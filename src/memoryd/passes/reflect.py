@@ -1,18 +1,22 @@
 """The reflect pass: find contradictions and updates, and propose supersessions.
 
-Reads: the memory named by the job and its nearest live neighbours in the
-same scope and owner. A pair is a candidate only when the two texts say the
-same thing about the same subject with different values — their text with
-values masked (numbers, versions, hosts, paths, dates…) is the same, or
-nearly (word overlap ≥ ``reflect_subject_jaccard``), and the values differ.
-Similar is not contradictory: "auth listens on 8080" and "billing listens on
-9090" differ in the subject, so they are never a candidate.
+Reads: the memory named by the job and its nearest live neighbours in the same
+scope and owner. A pair is a candidate only when the two texts say the same
+thing about the same subject with different values — their text with values
+masked (numbers, versions, hosts, paths, dates…) is the same, or nearly (word
+overlap ≥ ``reflect_subject_jaccard``), and the values differ. Similar is not
+contradictory: "auth listens on 8080" and "billing listens on 9090" differ in
+the subject, so they are never a candidate.
 
-Each candidate is judged by the LLM with a grammar-bound answer (updates |
-contradicts | compatible | duplicate). Only ``updates`` and ``contradicts``
-become a ``supersede`` proposal (older → newer by record time) for review;
-reflect never changes a row's status. A pair ever proposed (open, approved
-or rejected) is never proposed again, so running it twice changes nothing.
+Each candidate is judged by the LLM with a grammar-bound answer. With
+``reflect_llm_veto`` (for a capable configured model) the answer may be
+updates | contradicts | compatible | duplicate, and only the first two become
+a proposal. The bundled 270M base model answered "duplicate" for every real
+update we measured, so by default the gate decides *whether* and the LLM only
+labels *how* (updates | contradicts). A ``supersede`` proposal (older → newer
+by record time) goes to review; reflect never changes a row's status. A pair
+ever proposed (open, approved or rejected) is never proposed again, so running
+it twice changes nothing.
 """
 
 from __future__ import annotations
@@ -105,12 +109,14 @@ class ReflectPass(Pass):
         for job in batch:
             judged = []
             for older, newer, why in found[job.id]:
+                allowed = RELATIONS if ctx.config.reflect_llm_veto else ("updates", "contradicts")
                 answer = ctx.llm.complete(
                     judge_prompt(older.content, newer.content),
-                    grammar="root ::= " + " | ".join(f'" {r}"' for r in RELATIONS),
-                    max_tokens=4, timeout_s=ctx.config.llm_timeout_s, threads=ctx.threads)
+                    grammar="root ::= " + " | ".join(f'" {r}"' for r in allowed),
+                    max_tokens=4, timeout_s=ctx.config.llm_timeout_s, threads=ctx.threads,
+                                  family="reflect")
                 relation = answer.strip()
-                if relation not in RELATIONS:
+                if relation not in allowed:
                     raise ValueError(f"the LLM answered {answer!r}, not a relation")
                 judged.append((older, newer, why, relation))
             planned[job.id] = judged
