@@ -1,0 +1,142 @@
+"""Shared fixtures: real ``memoryd run`` subprocesses on short temp dirs.
+
+``start_daemon(...)`` starts a daemon (``--embedder none`` unless asked) and
+returns once it answers daemon.ping; at teardown every daemon still running is
+stopped with SIGTERM and must exit 0. Each daemon's stderr goes to a file that
+is attached to the report of a failing test.
+
+Unix socket paths must stay under 108 bytes, so the temp dirs live directly
+under /tmp with short names rather than under pytest's tmp_path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.harness import DaemonHandle, hermetic_env, render_toml
+
+DAEMONS = pytest.StashKey[list[DaemonHandle]]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Attach the stderr of every daemon the test started to its failure report."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed:
+        handles = list(item.stash.get(DAEMONS, []))
+        handles += [v for v in getattr(item, "funcargs", {}).values()
+                    if isinstance(v, DaemonHandle) and all(v is not h for h in handles)]
+        for handle in handles:
+            report.sections.append((f"memoryd stderr ({handle.name})", handle.stderr_tail()))
+
+
+def _short_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="md-", dir="/tmp"))
+
+
+def _new_handle(root: Path, name: str, *, embedder: str = "none", config: dict[str, Any] | None = None,
+                data_dir: Path | None = None, socket: Path | None = None, user: int | None = None,
+                group: int | None = None, python: str | None = None,
+                env: dict[str, str] | None = None) -> DaemonHandle:
+    home = root / name
+    home.mkdir(mode=0o700)
+    handle = DaemonHandle(
+        name=name, home=home, data_dir=data_dir or home / "data",
+        socket=socket or home / "s" / "memoryd.sock", embedder=embedder, env=hermetic_env(home, env),
+    )
+    if python:
+        handle.python = python
+    if config:
+        handle.config_path = home / "config.toml"
+        handle.config_path.write_text(render_toml(config), encoding="utf-8")
+    if user is not None:
+        handle.user, handle.group = user, group if group is not None else user
+        root.chmod(0o711)  # let the other user reach its own dir, and nothing else
+        for path in (home, handle.config_path):
+            if path is not None:
+                os.chown(path, handle.user, handle.group)
+    return handle
+
+
+def _stop_all(handles: list[DaemonHandle]) -> None:
+    """SIGTERM every daemon still running; fail unless each exits 0."""
+    problems = []
+    for handle in handles:
+        handle.close_clients()
+        if handle.running:
+            rc = handle.stop()
+            if rc != 0 and handle.expect_clean_exit:
+                problems.append(f"memoryd {handle.name} exited with {rc} on SIGTERM, expected 0")
+    if problems:
+        pytest.fail("\n".join(problems))
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A private temp dir with a short path (/tmp/md-XXXXXXXX), removed afterwards."""
+    path = _short_dir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def start_daemon(request: pytest.FixtureRequest, short_tmp: Path) -> Iterator[Callable[..., DaemonHandle]]:
+    """Factory: ``start_daemon(embedder="none", config=None, ...)`` → a running DaemonHandle.
+
+    Keyword arguments:
+      name        label for the daemon (its files live in <tmp>/<name>/)
+      embedder    "none" (default, fast) or "bundled"
+      config      dict of memoryd.config.Config keys, written as a TOML --config file
+      data_dir    a data dir (default <tmp>/<name>/data); share one to test the data-dir lock
+      socket      the agent socket path (default <tmp>/<name>/s/memoryd.sock)
+      user, group run the daemon as this uid/gid (root only)
+      python      interpreter to run ``-m memoryd`` with
+      env         extra environment variables
+      start       False returns the handle unstarted (call .start() or .run_to_exit())
+    """
+    handles: list[DaemonHandle] = []
+    request.node.stash[DAEMONS] = handles
+
+    def make(name: str | None = None, *, start: bool = True, **options: Any) -> DaemonHandle:
+        handle = _new_handle(short_tmp, name or f"d{len(handles) + 1}", **options)
+        handles.append(handle)
+        if start:
+            handle.start()
+        return handle
+
+    yield make
+    _stop_all(handles)
+
+
+@pytest.fixture
+def daemon(start_daemon: Callable[..., DaemonHandle]) -> DaemonHandle:
+    """One running daemon with the default configuration and ``--embedder none``."""
+    return start_daemon()
+
+
+@pytest.fixture(scope="module")
+def module_daemon() -> Iterator[DaemonHandle]:
+    """One daemon (defaults, ``--embedder none``) shared by a whole test module.
+
+    For tests that only send bad input and check the daemon shrugs it off: one
+    daemon surviving all of them is the stronger claim, and it saves a start per
+    test. Such tests must judge what they wrote by content or by before/after
+    counts, since the store is shared.
+    """
+    root = _short_dir()
+    handle = _new_handle(root, "shared")
+    try:
+        handle.start()
+        yield handle
+        _stop_all([handle])
+    finally:
+        handle.kill()
+        shutil.rmtree(root, ignore_errors=True)
