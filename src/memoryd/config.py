@@ -146,6 +146,9 @@ class Config:
                      "llm_timeout_s", "prune_interval_s", "done_retention_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key {name!r} must be positive (got {getattr(self, name)!r})")
+        if self.busy_timeout_ms > 10000:
+            # A longer wait would hold a write past the 30 s SIGTERM deadline.
+            raise ConfigError("config key 'busy_timeout_ms' must be at most 10000 (10 s)")
         if self.idempotency_ttl_s < 86400:
             raise ConfigError("config key 'idempotency_ttl_s' must be at least 86400 (24 h, PROTOCOL.md)")
         if self.log_format not in ("auto", "json", "console"):

@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 from sqlalchemy import Engine
 
-from memoryd.errors import MemorydError, Overloaded
+from memoryd.errors import MemorydError, Overloaded, StoreUnavailable
 from memoryd.store.memories import WriteContext
 from memoryd.store.writes import WriteUnit, commit_units
 
@@ -110,6 +110,10 @@ class GroupCommitter:
                 log.exception("commit.crashed", units=len(units))
                 err = MemorydError(f"write failed: {exc}; see the daemon log; nothing was written")
                 outcomes = [err for _ in units]
+            if access and units and all(isinstance(o, StoreUnavailable) for o in outcomes):
+                # The whole transaction failed: keep the read counts for the next one.
+                for mid, n in access.items():
+                    self._access[mid] = self._access.get(mid, 0) + n
             self.batches += 1 if units else 0
             self.units += len(units)
             enqueued = False

@@ -1,0 +1,216 @@
+"""DESIGN rule 5: one scope predicate on every read path, proven by negative tests.
+
+A populated store holds the same three memories for two owners of every
+scope (agents a1/a2, users u1/u2, projects p1/p2, sessions s1/s2) plus org
+rows. Identical content gives identical BM25 scores and identical vectors, so
+only the scope predicate can tell a1's row from a2's. Every search asserts the
+other owner's rows are absent and a positive control is present in the same
+result, in every mode (lexical, vector, hybrid), for an exact-phrase query,
+with ``as_of`` and ``valid_at``, and on the fallback path of a daemon whose
+embedder is off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.search._daemon import stop_cleanly
+
+QUERY = "run the smoke tests against staging before tagging a release"
+PHRASE = '"smoke tests against staging"'
+CONTENT = {
+    "procedure": "Run the smoke tests against staging before tagging a release.",
+    "preference": "Squash-merge feature branches; keep a linear history on main.",
+    "fact": "The staging database listens on port 5433, not 5432.",
+}
+OWNERS = {  # scope -> (the reader's owner, the other owner)
+    "agent": ("a1", "a2"),
+    "user": ("u1", "u2"),
+    "project": ("p1", "p2"),
+    "session": ("s1", "s2"),
+}
+KEY = {"agent": "agent_id", "user": "user_id", "project": "project", "session": "session_id"}
+#: The reader whose keys are the first owner of every scope.
+READER = {"agent_id": "a1", "user_id": "u1", "project": "p1", "session_id": "s1"}
+MODES = ("lexical", "vector", "hybrid")
+
+
+def seed(daemon: Any) -> dict[tuple[str, str, str], str]:
+    """Write the store; return ids keyed by (scope, owner, kind) (owner '' for org)."""
+    keys: list[tuple[str, str, str]] = []
+    items: list[dict[str, Any]] = []
+    for scope, pair in OWNERS.items():
+        for owner in pair:
+            for kind, content in CONTENT.items():
+                keys.append((scope, owner, kind))
+                items.append({"content": content, "kind": kind, "scope": scope, KEY[scope]: owner})
+    for kind, content in CONTENT.items():
+        keys.append(("org", "", kind))
+        items.append({"content": content, "kind": kind, "scope": "org"})
+    return dict(zip(keys, daemon.write_many(items), strict=True))
+
+
+@pytest.fixture(scope="module")
+def store(spawn: Any) -> Iterator[tuple[Any, dict[tuple[str, str, str], str]]]:
+    daemon = spawn("scope", embedder="bundled")
+    ids = seed(daemon)
+    daemon.wait_embedded()
+    yield daemon, ids
+    stop_cleanly(daemon)
+
+
+@pytest.fixture(scope="module")
+def store_off(spawn: Any) -> Iterator[tuple[Any, dict[tuple[str, str, str], str]]]:
+    """The same store on a daemon whose embedder is off: every search falls back to lexical."""
+    daemon = spawn("scope-off", embedder="none")
+    ids = seed(daemon)
+    yield daemon, ids
+    stop_cleanly(daemon)
+
+
+def select_ids(ids: dict[tuple[str, str, str], str], *, owners: set[tuple[str, str]] | None = None,
+               kind: str | None = None) -> set[str]:
+    return {v for (scope, owner, k), v in ids.items()
+            if (owners is None or (scope, owner) in owners) and (kind is None or k == kind)}
+
+
+MINE = {(scope, pair[0]) for scope, pair in OWNERS.items()} | {("org", "")}
+THEIRS = {(scope, pair[1]) for scope, pair in OWNERS.items()}
+
+
+def assert_scoped(result: dict[str, Any], ids: dict[tuple[str, str, str], str], *,
+                  visible: set[tuple[str, str]], control: set[str]) -> None:
+    got = {r["id"] for r in result["results"]}
+    allowed = select_ids(ids, owners=visible)
+    leaked = got - allowed
+    assert not leaked, f"rows outside the reader's scope: {sorted(leaked)} ({result['mode_used']})"
+    missing = control - got
+    assert not missing, f"positive control absent: {sorted(missing)} ({result['mode_used']})"
+
+
+VARIANTS = {
+    "plain": {"query": QUERY},
+    "phrase": {"query": PHRASE},
+    "as_of": {"query": QUERY, "as_of": "now"},
+    "valid_at": {"query": QUERY, "valid_at": "now"},
+}
+
+
+def _params(variant: str) -> dict[str, Any]:
+    from memoryd.clock import to_rfc3339, utcnow
+
+    params = dict(VARIANTS[variant])
+    for name in ("as_of", "valid_at"):
+        if params.get(name) == "now":
+            params[name] = to_rfc3339(utcnow())
+    return params
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("mode", MODES)
+def test_reader_sees_its_own_rows_and_org_never_the_other_owners(store: Any, mode: str,
+                                                                  variant: str) -> None:
+    daemon, ids = store
+    result = daemon.search(**_params(variant), mode=mode, k=50, **READER)
+    assert result["mode_used"] == mode
+    procedures = select_ids(ids, owners=MINE, kind="procedure")
+    assert_scoped(result, ids, visible=MINE, control=procedures)
+    assert not select_ids(ids, owners=THEIRS) & {r["id"] for r in result["results"]}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("mode", MODES)
+def test_other_owner_sees_only_its_rows(store: Any, mode: str, variant: str) -> None:
+    daemon, ids = store
+    theirs = {"agent_id": "a2", "user_id": "u2", "project": "p2", "session_id": "s2"}
+    result = daemon.search(**_params(variant), mode=mode, k=50, **theirs)
+    visible = THEIRS | {("org", "")}
+    assert_scoped(result, ids, visible=visible,
+                  control=select_ids(ids, owners=visible, kind="procedure"))
+
+
+@pytest.mark.parametrize("scope", list(OWNERS))
+@pytest.mark.parametrize("mode", MODES)
+def test_one_key_opens_one_scope_only(store: Any, mode: str, scope: str) -> None:
+    """An agent key alone shows a1's rows and org rows; no user, project or session rows."""
+    daemon, ids = store
+    mine = OWNERS[scope][0]
+    result = daemon.search(QUERY, mode=mode, k=50, **{KEY[scope]: mine})
+    visible = {(scope, mine), ("org", "")}
+    assert_scoped(result, ids, visible=visible,
+                  control={ids[(scope, mine, "procedure")], ids[("org", "", "procedure")]})
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_request_without_owner_fields_sees_only_org_rows(store: Any, mode: str) -> None:
+    daemon, ids = store
+    result = daemon.search(QUERY, mode=mode, k=50)
+    assert_scoped(result, ids, visible={("org", "")}, control={ids[("org", "", "procedure")]})
+    assert {r["scope"] for r in result["results"]} == {"org"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_scope_filter_narrows_to_one_scope(store: Any, mode: str) -> None:
+    daemon, ids = store
+    result = daemon.search(QUERY, mode=mode, k=50, scope="user", **READER)
+    assert_scoped(result, ids, visible={("user", "u1")}, control={ids[("user", "u1", "procedure")]})
+    org = daemon.search(QUERY, mode=mode, k=50, scope="org", **READER)
+    assert_scoped(org, ids, visible={("org", "")}, control={ids[("org", "", "procedure")]})
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_scope_filter_without_its_key_finds_nothing_and_says_why(store: Any, mode: str) -> None:
+    daemon, ids = store
+    result = daemon.search(QUERY, mode=mode, k=50, scope="agent", user_id="u1")
+    assert result["results"] == []
+    assert any("agent_id" in n for n in result["notices"]), result["notices"]
+    control = daemon.search(QUERY, mode=mode, k=50, scope="agent", agent_id="a1")
+    assert_scoped(control, ids, visible={("agent", "a1")}, control={ids[("agent", "a1", "procedure")]})
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_kind_filter_narrows_by_kind_inside_the_scope(store: Any, mode: str) -> None:
+    daemon, ids = store
+    result = daemon.search(QUERY, mode=mode, k=50, kind="preference", **READER)
+    assert {r["kind"] for r in result["results"]} == {"preference"}
+    mine = select_ids(ids, owners=MINE, kind="preference")
+    assert_scoped(result, ids, visible=MINE, control=mine if mode != "lexical" else set())
+    if mode == "lexical":
+        # The preference text shares no word with QUERY; ask with one of its words.
+        lex = daemon.search("squash merge", mode=mode, k=50, kind="preference", **READER)
+        assert_scoped(lex, ids, visible=MINE, control=mine)
+        assert {r["kind"] for r in lex["results"]} == {"preference"}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("mode", MODES)
+def test_fallback_with_the_embedder_off_keeps_the_scope(store_off: Any, mode: str, variant: str) -> None:
+    daemon, ids = store_off
+    result = daemon.search(**_params(variant), mode=mode, k=50, **READER)
+    assert result["mode_used"] == "lexical"
+    if mode != "lexical":
+        assert any("vector leg skipped" in n for n in result["notices"]), result["notices"]
+    assert_scoped(result, ids, visible=MINE, control=select_ids(ids, owners=MINE, kind="procedure"))
+    other = daemon.search(**_params(variant), mode=mode, k=50, agent_id="a2")
+    assert_scoped(other, ids, visible={("agent", "a2"), ("org", "")},
+                  control={ids[("agent", "a2", "procedure")]})
+
+
+def test_fallback_without_owner_fields_sees_only_org_rows(store_off: Any) -> None:
+    daemon, ids = store_off
+    for mode in MODES:
+        result = daemon.search(QUERY, mode=mode, k=50)
+        assert_scoped(result, ids, visible={("org", "")}, control={ids[("org", "", "procedure")]})
+
+
+def test_vector_leg_ranks_identical_rows_of_both_owners_alike(store: Any) -> None:
+    """Sanity of the setup: a2's copy is exactly as near as a1's, so only the filter excludes it."""
+    daemon, ids = store
+    a1 = daemon.search(QUERY, mode="vector", k=1, agent_id="a1", scope="agent")["results"][0]
+    a2 = daemon.search(QUERY, mode="vector", k=1, agent_id="a2", scope="agent")["results"][0]
+    assert a1["id"] == ids[("agent", "a1", "procedure")]
+    assert a2["id"] == ids[("agent", "a2", "procedure")]
+    assert a1["score"] == pytest.approx(a2["score"], abs=1e-5)
