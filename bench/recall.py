@@ -1,0 +1,270 @@
+"""Recall of memory.search on a hand-labelled set: lexical, vector and hybrid.
+
+Loads tests/data/recall.json (213 developer memories, 85 paraphrased
+questions with the ids that answer them) into a real daemon with the bundled
+embedder, waits until everything is embedded, asks every question in every
+mode over the socket, and prints recall@5, recall@10 and MRR@10.
+
+Then it prototypes ranking changes *outside* the daemon: it fetches each leg's
+ranked list over the socket (lexical and vector mode, k=100, with the stored
+importance and recorded_at of every row) and re-fuses them here. The
+baseline re-fusion reproduces the daemon's hybrid (RRF k=60, 20 rows per leg,
+importance and recency boosts) and is checked against it, so the variants
+(RRF constant, per-leg depth, leg weights, stop-words removed from the
+OR-ed lexical query, score fusion) are measured on the same footing.
+
+    .venv/bin/python bench/recall.py            # full run (about a minute)
+    .venv/bin/python bench/recall.py --quick    # the three modes only
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import _harness as h
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "recall.json"
+MODES = ("lexical", "vector", "hybrid")
+K = 10
+DEEP = 100  # rows per leg fetched for the offline re-fusion
+
+#: Common English function words, and question words an agent's query is full of.
+_STOP_TEXT = """
+a about above after again against all am an and any are aren as at be because been before being below
+between both but by can cannot could couldn d did didn do does doesn doing don down during each few for
+from further had hadn has hasn have haven having he her here hers herself him himself his how i if in
+into is isn it its itself just let ll m me more most my myself no nor not now of off on once only or
+other ought our ours ourselves out over own re s same she should shouldn so some such t than that the
+their theirs them themselves then there these they this those through to too under until up ve very was
+wasn we were weren what when where which while who whom why will with won would wouldn you your yours
+yourself yourselves get got
+"""
+STOP_WORDS = frozenset(_STOP_TEXT.split())
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+# -- metrics ----------------------------------------------------------------------
+def metrics(ranked: Sequence[Sequence[str]], answers: Sequence[set[str]]) -> dict[str, float]:
+    """Mean recall@5, recall@10 and MRR@10 over the questions."""
+    r5 = r10 = mrr = 0.0
+    for ids, gold in zip(ranked, answers, strict=True):
+        r5 += len(gold & set(ids[:5])) / len(gold)
+        r10 += len(gold & set(ids[:10])) / len(gold)
+        mrr += next((1.0 / i for i, x in enumerate(ids[:10], start=1) if x in gold), 0.0)
+    n = len(answers)
+    return {"recall@5": r5 / n, "recall@10": r10 / n, "mrr@10": mrr / n}
+
+
+# -- offline fusion (mirrors store/search.py, then varies it) ----------------------
+def boosts(row: dict[str, Any], ref: datetime) -> float:
+    importance = 1.0 + 0.2 * (float(row["importance"]) - 0.5)
+    recorded = datetime.fromisoformat(row["recorded_at"].replace("Z", "+00:00"))
+    age_days = max(0.0, (ref - recorded).total_seconds() / 86400.0)
+    recency = 1.0 + 0.1 * 0.5 ** (age_days / 30.0)
+    return importance * recency
+
+
+def rrf(lex: Sequence[dict[str, Any]], vec: Sequence[dict[str, Any]], *, c: float = 60.0,
+        depth: int = 20, w_lex: float = 1.0, w_vec: float = 1.0, use_boosts: bool = True,
+        ref: datetime | None = None) -> list[str]:
+    score: dict[str, float] = {}
+    rows: dict[str, dict[str, Any]] = {}
+    for weight, leg in ((w_lex, lex[:depth]), (w_vec, vec[:depth])):
+        for rank, row in enumerate(leg, start=1):
+            rows.setdefault(row["id"], row)
+            score[row["id"]] = score.get(row["id"], 0.0) + weight / (c + rank)
+    ref = ref or datetime.now(UTC)
+    if use_boosts:
+        score = {i: s * boosts(rows[i], ref) for i, s in score.items()}
+    return [i for i, _ in sorted(score.items(), key=lambda kv: kv[1], reverse=True)][:K]
+
+
+def score_fusion(lex: Sequence[dict[str, Any]], vec: Sequence[dict[str, Any]], *, alpha: float,
+                 depth: int = 20) -> list[str]:
+    """alpha × cosine similarity + (1 − alpha) × BM25 normalised by the best BM25 of the query."""
+    lex, vec = lex[:depth], vec[:depth]
+    best = max((r["explain"]["lexical_score"] for r in lex), default=0.0) or 1.0
+    lex_s = {r["id"]: r["explain"]["lexical_score"] / best for r in lex}
+    vec_s = {r["id"]: r["explain"]["vector_score"] for r in vec}
+    ids = set(lex_s) | set(vec_s)
+    # A row one leg did not return gets that leg's floor (its worst returned score).
+    lex_floor = min(lex_s.values(), default=0.0)
+    vec_floor = min(vec_s.values(), default=0.0)
+    fused = {i: alpha * vec_s.get(i, vec_floor) + (1 - alpha) * lex_s.get(i, lex_floor) for i in ids}
+    return [i for i, _ in sorted(fused.items(), key=lambda kv: kv[1], reverse=True)][:K]
+
+
+def strip_stop_words(query: str) -> str:
+    words = [w for w in _WORD.findall(query) if w.lower() not in STOP_WORDS]
+    return " ".join(words) or query
+
+
+# -- the run -------------------------------------------------------------------------
+def load(daemon: h.Daemon, data: dict[str, Any]) -> dict[str, str]:
+    """Write the memories; return daemon id -> dataset id."""
+    reader = data["reader"]
+    items = []
+    for m in data["memories"]:
+        item: dict[str, Any] = {"content": m["content"], "kind": m["kind"], "scope": m["scope"]}
+        if m["scope"] == "agent":
+            item["agent_id"] = reader["agent_id"]
+        elif m["scope"] == "user":
+            item["user_id"] = reader["user_id"]
+        items.append(item)
+    out = daemon.call("memory.write_many", {"items": items})["results"]
+    return {r["id"]: m["id"] for r, m in zip(out, data["memories"], strict=True)}
+
+
+def wait_vector_ready(daemon: h.Daemon, timeout_s: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        res = daemon.call("memory.search", {"query": "warm up", "mode": "vector", "k": 1})
+        if res["mode_used"] == "vector":
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the vector leg never came up: {res['notices']}")
+        time.sleep(0.5)
+
+
+SETS = (("paraphrase", "questions"), ("keyword", "keyword_questions"))
+
+
+def main() -> None:
+    args = h.parser(__doc__.splitlines()[0]).parse_args()
+    h.banner("recall", f"{DATA.relative_to(DATA.parents[2])}: recall@5/@10 and MRR@10 per mode", args.quick)
+    data = json.loads(DATA.read_text())
+    reader = data["reader"]
+    sets = {name: data[key] for name, key in SETS}
+    answers = {name: [set(q["answers"]) for q in qs] for name, qs in sets.items()}
+    print(f"{len(data['memories'])} memories; "
+          + ", ".join(f"{len(qs)} {name} questions" for name, qs in sets.items()))
+
+    with h.workdir("recall", keep=args.keep) as root, \
+            h.Daemon(root, embedder="bundled", config={"governor_enabled": False}) as daemon:
+        t0 = time.perf_counter()
+        to_label = load(daemon, data)
+        h.wait_drained(daemon, "embed")
+        wait_vector_ready(daemon)
+        print(f"loaded and embedded in {time.perf_counter() - t0:.1f} s")
+
+        def ask(query: str, mode: str, k: int, explain: bool = False) -> dict[str, Any]:
+            result: dict[str, Any] = daemon.call("memory.search", {
+                "query": query, "mode": mode, "k": k, "explain": explain, **reader})
+            assert result["mode_used"] == mode, (mode, result["notices"])
+            return result
+
+        def labels(rows: Sequence[dict[str, Any]]) -> list[str]:
+            return [to_label[r["id"]] for r in rows]
+
+        result: dict[str, Any] = {"n_memories": len(data["memories"]),
+                                  "n_questions": {n: len(qs) for n, qs in sets.items()}, "modes": {},
+                                  "missed_at_10": {}}
+        daemon_hybrid: dict[str, list[list[str]]] = {}
+        for name, qs in sets.items():
+            per_mode: dict[str, dict[str, float]] = {}
+            misses: dict[str, list[str]] = {}
+            for mode in MODES:
+                ranked = [labels(ask(q["question"], mode, K)["results"]) for q in qs]
+                per_mode[mode] = metrics(ranked, answers[name])
+                misses[mode] = [q["id"] for q, ids, gold in zip(qs, ranked, answers[name], strict=True)
+                                if not gold & set(ids)]
+                if mode == "hybrid":
+                    daemon_hybrid[name] = ranked
+            result["modes"][name] = per_mode
+            result["missed_at_10"][name] = misses
+            h.print_table(f"Daemon as shipped, {name} questions (k=10)",
+                          ["mode", "recall@5", "recall@10", "MRR@10"],
+                          [[m, v["recall@5"], v["recall@10"], v["mrr@10"]] for m, v in per_mode.items()],
+                          digits=3)
+            best_leg = max(per_mode["lexical"]["recall@10"], per_mode["vector"]["recall@10"])
+            beats = per_mode["hybrid"]["recall@10"] > best_leg
+            print(f"  hybrid beats both single legs on recall@10: {beats}")
+            for m in MODES:
+                print(f"  missed at 10 ({m}): {' '.join(misses[m]) or '-'}")
+
+        if not args.quick:
+            result["variants"] = sweep(sets, answers, ask, labels, daemon_hybrid)
+        h.save("recall", result, args.quick)
+
+
+def sweep(sets: dict[str, list[dict[str, Any]]], answers: dict[str, list[set[str]]],
+          ask: Callable[..., dict[str, Any]], labels: Callable[..., list[str]],
+          daemon_hybrid: dict[str, list[list[str]]]) -> dict[str, Any]:
+    """Re-fuse each leg's deep list offline under different ranking choices, on both question sets."""
+    ref = datetime.now(UTC)
+    legs: dict[str, dict[str, list[list[dict[str, Any]]]]] = {}
+    for name, qs in sets.items():
+        legs[name] = {
+            "lex": [ask(q["question"], "lexical", DEEP, explain=True)["results"] for q in qs],
+            "vec": [ask(q["question"], "vector", DEEP, explain=True)["results"] for q in qs],
+            "lex_nostop": [ask(strip_stop_words(q["question"]), "lexical", DEEP, explain=True)["results"]
+                           for q in qs],
+        }
+    id_to_row = {r["id"]: r for per_set in legs.values() for rows in per_set.values()
+                 for result in rows for r in result}
+
+    def labels_of(ids: list[str]) -> list[str]:
+        return labels([id_to_row[i] for i in ids])
+
+    Fuse = Callable[[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]], list[str]]
+    variants: dict[str, Fuse] = {
+        "as shipped: RRF c=60, 20/leg, boosts": lambda lx, vc, ln: rrf(lx, vc, ref=ref),
+        "vector leg only (reference)": lambda lx, vc, ln: [r["id"] for r in vc[:K]],
+        "lexical leg only (reference)": lambda lx, vc, ln: [r["id"] for r in lx[:K]],
+        "lexical, stop-words removed (reference)": lambda lx, vc, ln: [r["id"] for r in ln[:K]],
+        "RRF c=60, no boosts": lambda lx, vc, ln: rrf(lx, vc, use_boosts=False, ref=ref),
+    }
+    for c in (1, 5, 10, 20):
+        variants[f"RRF c={c}"] = lambda lx, vc, ln, c=c: rrf(lx, vc, c=c, ref=ref)
+    for depth in (10, 50, 100):
+        variants[f"RRF c=60, {depth}/leg"] = lambda lx, vc, ln, d=depth: rrf(lx, vc, depth=d, ref=ref)
+    variants["RRF c=10, 100/leg"] = lambda lx, vc, ln: rrf(lx, vc, c=10, depth=100, ref=ref)
+    for w in (1.5, 2.0):
+        variants[f"RRF c=60, vector weight {w}"] = lambda lx, vc, ln, w=w: rrf(lx, vc, w_vec=w, ref=ref)
+    variants["stop-words removed, RRF c=60"] = lambda lx, vc, ln: rrf(ln, vc, ref=ref)
+    variants["stop-words removed, RRF c=20"] = lambda lx, vc, ln: rrf(ln, vc, c=20, ref=ref)
+    for w in (1.5, 2.0):
+        variants[f"stop-words removed, vector weight {w}"] = (
+            lambda lx, vc, ln, w=w: rrf(ln, vc, w_vec=w, ref=ref))
+    variants["stop-words removed, vector weight 1.5, 100/leg"] = (
+        lambda lx, vc, ln: rrf(ln, vc, w_vec=1.5, depth=100, ref=ref))
+    for alpha in (0.7, 0.8, 0.9):
+        variants[f"score fusion α={alpha} (cosine vs BM25/max)"] = (
+            lambda lx, vc, ln, a=alpha: score_fusion(lx, vc, alpha=a))
+        variants[f"stop-words removed, score fusion α={alpha}"] = (
+            lambda lx, vc, ln, a=alpha: score_fusion(ln, vc, alpha=a))
+
+    # Sanity: the replica of the daemon's fusion must rank like the daemon.
+    agreement = {}
+    for name in sets:
+        lg = legs[name]
+        replica = [labels_of(rrf(lx, vc, ref=ref)) for lx, vc in zip(lg["lex"], lg["vec"], strict=True)]
+        same = sum(a == b for a, b in zip(replica, daemon_hybrid[name], strict=True))
+        agreement[name] = same / len(replica)
+    print("\noffline replica of the daemon's hybrid ranks identically on "
+          + ", ".join(f"{v:.0%} of the {n} questions" for n, v in agreement.items()))
+
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    for vname, fuse in variants.items():
+        results[vname] = {}
+        for name in sets:
+            lg = legs[name]
+            ranked = [labels_of(fuse(lx, vc, ln))
+                      for lx, vc, ln in zip(lg["lex"], lg["vec"], lg["lex_nostop"], strict=True)]
+            results[vname][name] = metrics(ranked, answers[name])
+    h.print_table("Offline re-fusion of the daemon's legs (k=10): paraphrase | keyword",
+                  ["variant", "p r@5", "p r@10", "p MRR", "kw r@5", "kw r@10", "kw MRR"],
+                  [[v, r["paraphrase"]["recall@5"], r["paraphrase"]["recall@10"], r["paraphrase"]["mrr@10"],
+                    r["keyword"]["recall@5"], r["keyword"]["recall@10"], r["keyword"]["mrr@10"]]
+                   for v, r in results.items()], digits=3)
+    return {"replica_agreement": agreement, "results": results}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,419 @@
+"""Search latency at 10k and 100k memories, beside the raw cost of the same SQL.
+
+For each store size the benchmark builds a SQLite store directly (migrated
+by memoryd.store.migrate, rows inserted through SQLAlchemy on an engine from
+create_store_engine, the FTS index rebuilt from the rows, and stored random
+unit vectors in both memory_vectors and the vec0 index memory_vec), starts a
+real daemon on it (bundled embedder), and measures over the socket:
+
+* hybrid, lexical and vector search p50/p95 with the query vector cached;
+* hybrid and vector with distinct, never-seen queries (the query embedding
+  included), and the in-process embedding time of those queries;
+* in the same run, interleaved query by query, the raw FTS5 MATCH query
+  (the daemon's own MATCH expression) and the raw sqlite-vec KNN query (its
+  first fetch: scope keys, status, k = 40), issued directly through
+  memoryd.store.driver with sqlite_vec loaded.
+
+It prints hybrid p50 ÷ (raw FTS p50 + raw KNN p50) (target ≤ 1.5) and the
+absolute hybrid p50 at 100k (target < 30 ms). Owners are spread the way a
+busy machine's are: ten agents, two users and org rows; the reader is one
+agent and one user, so it sees about a fifth of the store.
+
+    .venv/bin/python bench/search.py            # 10k and 100k
+    .venv/bin/python bench/search.py --quick    # 2k and 10k, fewer queries
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import _harness as h
+
+DIM = 384
+READER = {"agent_id": "agent-00", "user_id": "user-0"}
+K = 10
+KNN_FETCH = 40  # the daemon's first vector fetch for k=10: max(2 * max(2k, 10), 20)
+LEX_LIMIT = 20  # the daemon's lexical limit for k=10: max(2k, 10)
+SLOW_LEXICAL_S = 10.0  # one lexical search slower than this: skip the lexical/hybrid series
+SERIES_BUDGET_S = 90.0  # stop a series early (>= 5 samples) if one search is pathologically slow
+
+_SUBJECTS = ["the billing-api deploy", "the nightly ETL job", "our Postgres replica",
+             "the auth token refresh", "the search indexer", "the payments worker",
+             "the feature flag rollout", "the CI cache",
+             "the staging cluster", "the webhook retries", "the admin UI build", "the ledger export",
+             "the Kafka consumer", "the Redis cache", "the helm chart", "the mobile release"]
+_ASKS = ["why does {s} fail with {e}", "how do we fix {e} in {s}", "who owns {s} and its alerts",
+         "what port does {s} use on {host}", "which version of {lib} does {s} pin",
+         "how to roll back {s} after {e}", "where is the runbook for {s}", "what did we decide about {s}",
+         "is {s} still affected by {e}", "which command restarts {s} on {host}"]
+_ERRORS = ["a deadlock", "OOMKilled", "connection reset by peer", "an expired certificate", "429s",
+           "a flaky snapshot", "too many open files", "a context deadline", "ECONNREFUSED", "a schema drift"]
+_HOSTS = ["db1.internal", "cache-02", "staging-eu", "ci-runner-7", "bastion.prod", "localhost"]
+_LIBS = ["SQLAlchemy", "pydantic", "httpx", "React Query", "tokio", "gRPC", "Celery", "Alembic", "boto3"]
+
+
+def queries(n: int, seed: int) -> list[str]:
+    """``n`` distinct developer questions (distinct so the daemon's query-vector cache misses)."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    seen: set[str] = set()
+    while len(out) < n:
+        q = rng.choice(_ASKS).format(s=rng.choice(_SUBJECTS), e=rng.choice(_ERRORS),
+                                     host=rng.choice(_HOSTS), lib=rng.choice(_LIBS))
+        if q not in seen:
+            seen.add(q)
+            out.append(q)
+    return out
+
+
+def owner_of(i: int) -> tuple[str, str, dict[str, Any]]:
+    """(scope, owner, owner fields) for row ``i``: 80% agents, 10% users, 10% org."""
+    slot = i % 20
+    if slot < 16:
+        agent = f"agent-{slot % 10:02d}"
+        return "agent", agent, {"agent_id": agent}
+    if slot < 18:
+        user = f"user-{slot % 2}"
+        return "user", user, {"user_id": user}
+    return "org", "", {}
+
+
+# -- building the store --------------------------------------------------------------
+def build_store(data_dir: Path, n: int, seed: int) -> dict[str, Any]:
+    """A migrated store with ``n`` memories, FTS rows and stored random unit vectors."""
+    from sqlalchemy import insert, text
+
+    from memoryd.clock import to_rfc3339, utcnow
+    from memoryd.store import migrate
+    from memoryd.store.engine import create_store_engine
+    from memoryd.store.ids import new_memory_id
+    from memoryd.store.schema import memories, memory_vectors
+
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    engine = create_store_engine(f"sqlite:///{data_dir / 'memoryd.db'}")
+    t0 = time.perf_counter()
+    migrate.upgrade(engine)
+    rng = np.random.default_rng(seed)
+    stamp = to_rfc3339(utcnow())
+    texts = h.dev_notes(n, seed=seed)
+    batch = 5000
+    with engine.begin() as conn:
+        for start in range(0, n, batch):
+            rows = []
+            for i in range(start, min(n, start + batch)):
+                scope, owner, fields = owner_of(i)
+                rows.append({
+                    "id": new_memory_id(), "content": texts[i],
+                    "content_hash": hashlib.sha256(texts[i].encode()).hexdigest(), "kind": "fact",
+                    "scope": scope, "owner": owner, "status": "active", "importance": 0.5,
+                    "importance_raw": 0.5, "valid_from": stamp, "recorded_at": stamp, "metadata": {},
+                    "derived": False, "agent_id": None, "user_id": None, **fields,
+                })
+            conn.execute(insert(memories), rows)
+        # Bulk load: build the FTS index from the rows in one pass (idempotent whether or
+        # not the insert trigger already indexed them).
+        conn.execute(text("INSERT INTO memories_fts(memories_fts) VALUES ('rebuild')"))
+        seqs = [r[0] for r in conn.execute(text("SELECT seq FROM memories ORDER BY seq"))]
+        for start in range(0, n, batch):
+            chunk = seqs[start:start + batch]
+            vecs = rng.standard_normal((len(chunk), DIM)).astype(np.float32)
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+            vrows = [{"memory_seq": s, "model": "all-MiniLM-L6-v2", "dim": DIM, "vector": v.tobytes(),
+                      "content_hash": "bench", "embedded_at": stamp}
+                     for s, v in zip(chunk, vecs, strict=True)]
+            conn.execute(insert(memory_vectors), vrows)
+            conn.execute(text(
+                "INSERT INTO memory_vec(memory_seq, embedding, scope_key, status, kind) "
+                "SELECT v.memory_seq, v.vector, m.scope || ':' || m.owner, m.status, m.kind "
+                "FROM memory_vectors v JOIN memories m ON m.seq = v.memory_seq "
+                "WHERE v.memory_seq BETWEEN :lo AND :hi"), {"lo": chunk[0], "hi": chunk[-1]})
+    engine.dispose()
+    db = data_dir / "memoryd.db"
+    return {"n": n, "build_s": time.perf_counter() - t0, "db_bytes": db.stat().st_size,
+            "text": h.text_stats(texts)}
+
+
+# -- raw SQL, in this process ------------------------------------------------------------
+class Raw:
+    """The daemon's two index queries, issued directly (same driver, sqlite-vec loaded)."""
+
+    def __init__(self, db: Path):
+        import sqlite_vec
+
+        from memoryd.store import driver
+
+        self.conn = driver.connect(str(db))
+        self.conn.enable_load_extension(True)
+        sqlite_vec.load(self.conn)
+        self.conn.enable_load_extension(False)
+        self.keys = [f"agent:{READER['agent_id']}", f"user:{READER['user_id']}", "org:"]
+
+    def fts(self, query: str) -> int:
+        from memoryd.store.search import fts_match
+
+        match = fts_match(query)
+        rows = self.conn.execute(
+            "SELECT rowid, bm25(memories_fts) FROM memories_fts WHERE memories_fts MATCH ? "
+            "ORDER BY bm25(memories_fts) LIMIT ?", (match, LEX_LIMIT)).fetchall()
+        return len(rows)
+
+    def knn(self, vec: np.ndarray) -> int:
+        rows = self.conn.execute(
+            "SELECT memory_seq, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? "
+            "AND scope_key IN (?, ?, ?) AND status IN ('active') ORDER BY distance",
+            (vec.astype("<f4").tobytes(), KNN_FETCH, *self.keys)).fetchall()
+        return len(rows)
+
+    def lexical_fts_first(self, query: str) -> int:
+        """Prototype: the daemon's lexical leg (join, scope, status, expiry) with FTS5 as the
+        outer loop (CROSS JOIN), for comparison with the shipped join order."""
+        from memoryd.store.search import fts_match
+
+        rows = self.conn.execute(
+            "SELECT m.*, -bm25(memories_fts) FROM memories_fts CROSS JOIN memories m "
+            "ON m.seq = memories_fts.rowid WHERE memories_fts MATCH ? "
+            "AND ((m.scope = 'agent' AND m.owner = ?) OR (m.scope = 'user' AND m.owner = ?) "
+            "OR (m.scope = 'org' AND m.owner = '')) AND m.status IN ('active') "
+            "AND (m.expires_at IS NULL OR m.expires_at > ?) ORDER BY bm25(memories_fts) LIMIT ?",
+            (fts_match(query), READER["agent_id"], READER["user_id"], "2000-01-01", LEX_LIMIT)).fetchall()
+        return len(rows)
+
+    def lexical_cte(self, query: str) -> int:
+        """Prototype: the same leg with the FTS matches in a MATERIALIZED CTE (expressible in
+        SQLAlchemy Core: ``.cte("hits").prefix_with("MATERIALIZED")``), then joined to memories."""
+        from memoryd.store.search import fts_match
+
+        rows = self.conn.execute(
+            "WITH hits AS MATERIALIZED (SELECT rowid AS seq, bm25(memories_fts) AS rank "
+            "FROM memories_fts WHERE memories_fts MATCH ?) "
+            "SELECT m.*, -hits.rank FROM hits JOIN memories m ON m.seq = hits.seq "
+            "WHERE ((m.scope = 'agent' AND m.owner = ?) OR (m.scope = 'user' AND m.owner = ?) "
+            "OR (m.scope = 'org' AND m.owner = '')) AND m.status IN ('active') "
+            "AND (m.expires_at IS NULL OR m.expires_at > ?) ORDER BY hits.rank LIMIT ?",
+            (fts_match(query), READER["agent_id"], READER["user_id"], "2000-01-01", LEX_LIMIT)).fetchall()
+        return len(rows)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def load_encoder() -> Any:
+    from sentence_transformers import SentenceTransformer
+
+    from memoryd.models.embedder import bundled_model_path, quiet_offline_env
+
+    quiet_offline_env()
+    return SentenceTransformer(bundled_model_path(), device="cpu")
+
+
+# -- measuring ------------------------------------------------------------------------------
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def summary(seconds: list[float]) -> dict[str, Any]:
+    """The harness's latency summary plus p95."""
+    out: dict[str, Any] = h.latency_summary(seconds)
+    out["p95_ms"] = h.percentile([x * 1000 for x in seconds], 95)
+    return out
+
+
+def series(name: str, items: list[Any], fn: Callable[[Any], Any]) -> dict[str, Any]:
+    """Time ``fn`` over ``items``; stop early (keeping >= 5 samples) past the budget."""
+    samples: list[float] = []
+    started = time.perf_counter()
+    for item in items:
+        samples.append(timed(lambda item=item: fn(item)))
+        if len(samples) >= 5 and time.perf_counter() - started > SERIES_BUDGET_S:
+            print(f"  ({name}: stopped after {len(samples)} of {len(items)} queries, "
+                  f"{time.perf_counter() - started:.0f} s)")
+            break
+    out = summary(samples)
+    out["of"] = len(items)
+    return out
+
+
+def probe_lexical(daemon: h.Daemon, query: str, timeout_s: float) -> float | None:
+    """Seconds one lexical search takes, or None past ``timeout_s``."""
+    from memoryd.service.client import Client
+
+    with Client(daemon.socket, timeout_s=timeout_s) as c:
+        t0 = time.perf_counter()
+        try:
+            c.call("memory.search", {"query": query, "mode": "lexical", "k": K, **READER})
+        except TimeoutError:
+            return None
+        return time.perf_counter() - t0
+
+
+def measure(daemon: h.Daemon, db: Path, encoder: Any, n_queries: int, seed: int,
+            skip_lexical: bool = False) -> dict[str, Any]:
+    set_a = queries(n_queries, seed)  # hybrid, never seen before
+    set_b = queries(2 * n_queries, seed + 1)  # vector, never seen before (distinct from set_a)
+    set_b = [q for q in set_b if q not in set(set_a)][:n_queries]
+    raw = Raw(db)
+    client = daemon.client()
+
+    def search(query: str, mode: str) -> dict[str, Any]:
+        res: dict[str, Any] = client.call("memory.search", {"query": query, "mode": mode, "k": K, **READER})
+        if res["mode_used"] != mode:
+            raise SystemExit(f"{mode} search answered {res['mode_used']}: {res['notices']}")
+        return res
+
+    out: dict[str, Any] = {}
+    out["ping"] = series("ping", list(range(n_queries)), lambda _: client.call("daemon.ping"))
+    encode = {q: encoder.encode([q], normalize_embeddings=True)[0] for q in set_a[:3]}  # warm
+    t_embed = []
+    for q in set_a + set_b:
+        t0 = time.perf_counter()
+        encode[q] = encoder.encode([q], normalize_embeddings=True, convert_to_numpy=True)[0]
+        t_embed.append(time.perf_counter() - t0)
+    out["query_embedding_in_process"] = summary(t_embed)
+    out["vector_uncached"] = series("vector uncached", set_b, lambda q: search(q, "vector"))
+    if skip_lexical:
+        # Warm the daemon's query-vector cache for set_a (the cached series below use it).
+        for q in set_a:
+            search(q, "vector")
+    else:
+        out["hybrid_uncached"] = series("hybrid uncached", set_a, lambda q: search(q, "hybrid"))
+
+    # Cached and raw, interleaved query by query so drift in machine load hits all alike.
+    calls: dict[str, Callable[[str], Any]] = {
+        "raw_fts": raw.fts, "raw_knn": lambda q: raw.knn(encode[q]),
+        "hybrid": lambda q: search(q, "hybrid"), "lexical": lambda q: search(q, "lexical"),
+        "vector": lambda q: search(q, "vector"), "lexical_fts_first_prototype": raw.lexical_fts_first,
+        "lexical_cte_prototype": raw.lexical_cte,
+    }
+    names = tuple(n for n in calls if not (skip_lexical and n in ("hybrid", "lexical")))
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    started = time.perf_counter()
+    for done, q in enumerate(set_a, start=1):
+        for name in names:
+            samples[name].append(timed(lambda name=name, q=q: calls[name](q)))
+        if done >= 5 and time.perf_counter() - started > 2 * SERIES_BUDGET_S:
+            print(f"  (interleaved series stopped after {done} of {len(set_a)} queries)")
+            break
+    for name in names:
+        out[name] = summary(samples[name])
+    client.close()
+    raw.close()
+    return out
+
+
+def report(size: int, m: dict[str, Any]) -> dict[str, Any]:
+    raw_sum = m["raw_fts"]["p50_ms"] + m["raw_knn"]["p50_ms"]
+    embed = m["query_embedding_in_process"]["p50_ms"]
+    nan = float("nan")
+    hybrid = m.get("hybrid", {}).get("p50_ms", nan)
+    derived = {
+        "raw_fts_plus_knn_p50_ms": raw_sum,
+        "ratio_hybrid_p50_over_raw": h.ratio(hybrid, raw_sum),
+        "ratio_hybrid_uncached_p50_over_raw_plus_embed": h.ratio(
+            m.get("hybrid_uncached", {}).get("p50_ms", nan), raw_sum + embed),
+        "ratio_vector_p50_over_raw_knn": h.ratio(m["vector"]["p50_ms"], m["raw_knn"]["p50_ms"]),
+        # New query minus cached query on the vector leg: what embedding costs the daemon
+        # (through its model worker), free of lexical-leg noise.
+        "daemon_query_embedding_p50_ms": m["vector_uncached"]["p50_ms"] - m["vector"]["p50_ms"],
+    }
+    rows = []
+    labels = {
+        "ping": "daemon.ping (socket round trip)",
+        "raw_fts": "raw FTS5 MATCH (top 20)", "raw_knn": "raw vec0 KNN (k=40, scope+status)",
+        "lexical_fts_first_prototype": "prototype lexical leg: FTS CROSS JOIN memories",
+        "lexical_cte_prototype": "prototype lexical leg: MATERIALIZED CTE",
+        "query_embedding_in_process": "query embedding, in process",
+        "lexical": "memory.search lexical", "vector": "memory.search vector (cached vec)",
+        "hybrid": "memory.search hybrid (cached vec)",
+        "vector_uncached": "memory.search vector (new query)",
+        "hybrid_uncached": "memory.search hybrid (new query)",
+    }
+    for key, label in labels.items():
+        if key in m:
+            s = m[key]
+            rows.append([label, s["n"], s["p50_ms"], s["p95_ms"], s["max_ms"]])
+    if "lexical_probe_s" in m:
+        probe = m["lexical_probe_s"]
+        rows.append(["memory.search lexical: one probe (s!)", 1,
+                     probe * 1000 if probe is not None else nan, nan, nan])
+    h.print_table(f"{size:,} memories: latency (ms)", ["what", "n", "p50", "p95", "max"], rows)
+    print(f"  hybrid p50 / (raw FTS p50 + raw KNN p50) = {hybrid:.2f} / {raw_sum:.2f} = "
+          f"{derived['ratio_hybrid_p50_over_raw']:.2f}  (target <= 1.5)")
+    print(f"  vector p50 / raw KNN p50 = {derived['ratio_vector_p50_over_raw_knn']:.2f}; "
+          f"query embedding as the daemon sees it ~ {derived['daemon_query_embedding_p50_ms']:.1f} ms "
+          f"(in process {embed:.1f} ms)")
+    if size >= 100_000:
+        print(f"  hybrid p50 at {size:,}: {hybrid:.1f} ms (target < 30 ms)")
+    return derived
+
+
+def start_daemon(root: Path, data_dir: Path, label: str) -> h.Daemon:
+    """A daemon on the built store, once its vector leg answers (the model is loaded)."""
+    daemon = h.Daemon(root, embedder="bundled", data_dir=data_dir, label=label,
+                      config={"governor_enabled": False})
+    daemon.start()
+    warm = time.perf_counter()
+    while daemon.call("memory.search", {"query": "warm up", "mode": "vector", "k": 1,
+                                        **READER})["mode_used"] != "vector":
+        if time.perf_counter() - warm > 300:
+            daemon.stop()
+            raise SystemExit("the embedder did not load in 300 s")
+        time.sleep(0.5)
+    return daemon
+
+
+def main() -> None:
+    p = h.parser(__doc__.splitlines()[0])
+    p.add_argument("--sizes", default=None, help="comma-separated store sizes (default 10000,100000)")
+    p.add_argument("--queries", type=int, default=None, help="distinct queries per series")
+    p.add_argument("--probe-timeout", type=float, default=300.0,
+                   help="seconds one lexical probe search may take before the store size is judged "
+                        "pathological (its lexical and hybrid series are then skipped)")
+    args = p.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else (
+        [2000, 10000] if args.quick else [10000, 100000])
+    n_queries = args.queries or (20 if args.quick else 60)
+    h.banner("search", f"search latency at {', '.join(f'{s:,}' for s in sizes)} memories vs raw FTS5 and "
+             "vec0 queries", args.quick)
+    print("loading the embedder in this process (query vectors for the raw KNN)...")
+    encoder = load_encoder()
+    results: dict[str, Any] = {"sizes": {}, "queries_per_series": n_queries, "reader": READER}
+    for i, size in enumerate(sizes):
+        with h.workdir(f"search{size}", keep=args.keep) as root:
+            data_dir = root / "data"
+            built = build_store(data_dir, size, seed=11 + i)
+            print(f"\nbuilt a {size:,}-memory store in {built['build_s']:.1f} s "
+                  f"({built['db_bytes'] / 2**20:.0f} MiB)")
+            daemon = start_daemon(root, data_dir, f"d{size}")
+            try:
+                status = daemon.call("daemon.status")
+                probe = probe_lexical(daemon, queries(1, seed=7)[0], args.probe_timeout)
+                slow = probe is None or probe > SLOW_LEXICAL_S
+                if slow:
+                    took = f"> {args.probe_timeout:.0f}" if probe is None else f"{probe:.1f}"
+                    print(f"  one lexical search took {took} s: the lexical and hybrid series are "
+                          "skipped at this size (the daemon is restarted: the probe may still run)")
+                    daemon.stop()
+                    daemon = start_daemon(root, data_dir, f"e{size}")
+                m = measure(daemon, data_dir / "memoryd.db", encoder, n_queries, seed=100 + i,
+                            skip_lexical=slow)
+            finally:
+                daemon.stop()
+            m["lexical_probe_s"] = probe
+            m["store"] = built
+            m["daemon_memories"] = status["memories"]
+            m["derived"] = report(size, m)
+            results["sizes"][str(size)] = m
+    h.save("search", results, args.quick)
+
+
+if __name__ == "__main__":
+    main()
