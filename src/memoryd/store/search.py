@@ -116,12 +116,22 @@ def lexical(conn: Connection, req: SearchRequest, now: str, limit: int) -> list[
     match = fts_match(req.query)
     if match is None:
         return []
-    rank = func.bm25(literal_column("memories_fts"))
+    # Full-text matches first, once, as a materialised set: otherwise SQLite may
+    # walk the reader's rows by the scope index and re-run the MATCH per row,
+    # which is quadratic in a crowded store.
+    hits = (
+        select(literal_column("rowid").label("seq"),
+               func.bm25(literal_column("memories_fts")).label("rank"))
+        .select_from(fts)
+        .where(text("memories_fts MATCH :match").bindparams(match=match))
+        .cte("hits")
+        .prefix_with("MATERIALIZED")
+    )
     stmt = (
-        select(memories, (-rank).label("bm25"))
-        .select_from(fts.join(memories, memories.c.seq == literal_column("memories_fts.rowid")))
-        .where(text("memories_fts MATCH :match").bindparams(match=match), row_filter(req, now))
-        .order_by(rank)
+        select(memories, (-hits.c.rank).label("bm25"))
+        .select_from(hits.join(memories, memories.c.seq == hits.c.seq))
+        .where(row_filter(req, now))
+        .order_by(hits.c.rank)
         .limit(limit)
     )
     return [dict(r._mapping) for r in conn.execute(stmt)]
