@@ -55,7 +55,7 @@ def load_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 # -- models ------------------------------------------------------------------------
-def load_llms(extra: list[str]) -> dict[str, LlamaCppLLM]:
+def load_llms(extra: list[str], threads: int = 2) -> dict[str, LlamaCppLLM]:
     """The bundled GGUF (assembled once into MODEL_CACHE), plus any --llm paths; loaded now."""
     llms: dict[str, LlamaCppLLM] = {}
     specs: list[tuple[str, Path]] = []
@@ -66,7 +66,7 @@ def load_llms(extra: list[str]) -> dict[str, LlamaCppLLM]:
     for path in extra:
         specs.append((Path(path).name, Path(path)))
     for label, path in specs:
-        llm = LlamaCppLLM(path, threads=2)
+        llm = LlamaCppLLM(path, threads=threads)
         t0 = time.perf_counter()
         try:
             llm.load()
@@ -129,7 +129,8 @@ def classify_bench(rows: list[dict[str, Any]], embedder: LocalEmbedder, llms: di
         for i, text in enumerate(texts):
             prompt = cls.few_shot_prompt(clf.examples, text)
             t0 = time.perf_counter()
-            answer = llm.complete(prompt, grammar=full_grammar, max_tokens=6, timeout_s=cfg.llm_timeout_s)
+            answer = llm.complete(prompt, grammar=full_grammar, max_tokens=6, timeout_s=cfg.llm_timeout_s,
+                                  family="classify")
             alone_s.append(time.perf_counter() - t0)
             kind = answer.strip()
             invented += kind not in kinds
@@ -137,7 +138,10 @@ def classify_bench(rows: list[dict[str, Any]], embedder: LocalEmbedder, llms: di
             shortlist = [k for k, _ in ranked[i][:cls.LLM_SHORTLIST]]
             t0 = time.perf_counter()
             answer = llm.complete(prompt, grammar=cls.kind_grammar(shortlist), max_tokens=6,
-                                  timeout_s=cfg.llm_timeout_s)
+                                  timeout_s=cfg.llm_timeout_s, family="classify")
+            if (i + 1) % 25 == 0:
+                print(f"  classify {i + 1}/{n}: {sum(alone_s) / (i + 1):.2f} s per LLM-alone call",
+                      flush=True)
             short_s.append(time.perf_counter() - t0)
             kind = answer.strip()
             invented += kind not in shortlist
@@ -267,7 +271,8 @@ def extract_bench(rows: list[dict[str, Any]], aliases: dict[str, str], llms: dic
             text = row["text"]
             t0 = time.perf_counter()
             try:
-                raw = llm.complete(ext.prompt(text), schema=schema, max_tokens=320, timeout_s=timeout_s)
+                raw = llm.complete(ext.prompt(text), schema=schema, max_tokens=320, timeout_s=timeout_s,
+                                   family="extract")
                 over_default += time.perf_counter() - t0 > cfg.llm_timeout_s
             except LLMError as exc:  # the pass fails the attempt; scored like an invalid answer
                 secs += time.perf_counter() - t0
@@ -372,6 +377,7 @@ def main() -> None:
     p.add_argument("--llm", action="append", default=[], metavar="PATH",
                    help="another GGUF to evaluate beside the bundled one (repeatable)")
     p.add_argument("--skip-classify", action="store_true")
+    p.add_argument("--threads", type=int, default=2, help="LLM threads (the daemon's model_threads is 2)")
     p.add_argument("--skip-extract", action="store_true")
     p.add_argument("--llm-timeout", type=float, default=None,
                    help="per-extraction timeout (default: llm_timeout_s); slower ones are counted either way")
@@ -390,8 +396,8 @@ def main() -> None:
         extract_rows = extract_rows[:args.extract_n]
     embedder = LocalEmbedder("bundled")
     embedder.load()
-    llms = load_llms(args.llm)
-    results: dict[str, Any] = {"extract_items": len(extract_rows),
+    llms = load_llms(args.llm, args.threads)
+    results: dict[str, Any] = {"extract_items": len(extract_rows), "llm_threads": args.threads,
                                "llms": {k: v.model_path for k, v in llms.items()},
                                "config": {"classify_margin": cfg.classify_margin, "kinds": list(cfg.kinds),
                                           "entity_types": list(cfg.entity_types)}}
@@ -400,7 +406,21 @@ def main() -> None:
     if not args.skip_extract:
         timeout_s = args.llm_timeout or cfg.llm_timeout_s
         results["extract"] = extract_bench(extract_rows, aliases, llms, cfg, timeout_s)
+    carry_over(results, args.quick)
     h.save("cognition", results, args.quick)
+
+
+def carry_over(results: dict[str, Any], quick: bool) -> None:
+    """Keep a section this run skipped from the previous results file (marked as carried over)."""
+    path = h.RESULTS_DIR / ("cognition.quick.json" if quick else "cognition.json")
+    if not path.exists():
+        return
+    previous = json.loads(path.read_text())
+    for section in ("classify", "extract"):
+        if section not in results and section in previous:
+            results[section] = {**previous[section],
+                                "carried_over_from": previous[section].get("carried_over_from",
+                                                                           previous.get("finished_at"))}
 
 
 if __name__ == "__main__":

@@ -1,14 +1,17 @@
 """Reflect and consolidate decisions on labelled pairs, and pass throughput at 10k memories (issue 6).
 
 1. Reflect on tests/data/lifecycle_pairs.jsonl (positives: ``updates`` and
-   ``contradicts``). A proposal is what the pass would raise: the neighbour
-   gate (cosine >= ``reflect_min_cosine``, real embedder) AND
-   ``passes.reflect.is_candidate`` AND the LLM judge (the pass's prompt and
-   grammar, bundled Gemma) answering updates/contradicts. Reported: the gate
-   alone, the judge alone (every pair), and the proposal; the false-proposal
-   rate on ``compatible`` pairs (target 0 with the default config); and every
-   failing pair with its note. A prototype gate (``gate_v2``, below) is
-   measured beside the shipped one.
+   ``contradicts``). The gate is what the pass checks before asking the LLM:
+   the neighbour cosine (>= ``reflect_min_cosine``, real embedder) AND
+   ``passes.reflect.is_candidate``. A proposal is what the pass raises with the
+   configured ``reflect_llm_veto``: off (the default) the gate decides and the
+   LLM only labels updates|contradicts; on, the LLM judge's 4-way answer must
+   also be updates/contradicts (both reported, the judge being the pass's
+   prompt and grammar on the bundled Gemma, asked about every pair any swept
+   gate lets through). Reported: the gate alone, the proposals, the label
+   accuracy, the false-proposal rate on ``compatible`` pairs (target 0 with the
+   default config) and every failing pair with its note; a prototype gate
+   (``gate_v2``, below) is measured beside the shipped one, with sweeps.
 2. Consolidate on the same pairs against the ``duplicate`` labels: loose
    equality → collapse; else cosine >= ``merge_min_cosine`` AND content-word
    jaccard >= ``merge_min_jaccard`` AND equal value slots → merge proposal
@@ -141,11 +144,12 @@ def gate_v2(a: str, b: str, min_containment: float = 1.0) -> str | None:
 
 
 # -- reflect and consolidate on the pairs ------------------------------------------------
-def judge(llm: LlamaCppLLM, older: str, newer: str, cfg: Config) -> str:
-    grammar = "root ::= " + " | ".join(f'" {r}"' for r in rf.RELATIONS)
+def judge(llm: LlamaCppLLM, older: str, newer: str, cfg: Config, allowed: tuple[str, ...]) -> str:
+    """The pass's judge call: its prompt, a grammar over ``allowed``, the answer validated."""
+    grammar = "root ::= " + " | ".join(f'" {r}"' for r in allowed)
     answer = llm.complete(rf.judge_prompt(older, newer), grammar=grammar, max_tokens=4,
-                          timeout_s=cfg.llm_timeout_s).strip()
-    if answer not in rf.RELATIONS:
+                          timeout_s=cfg.llm_timeout_s, family="reflect").strip()
+    if answer not in allowed:
         raise ValueError(f"the LLM answered {answer!r}")
     return answer
 
@@ -163,62 +167,87 @@ def pairs_bench(pairs: list[dict[str, Any]], embedder: LocalEmbedder, llm: Llama
     cand2 = [gate_v2(p["b"], p["a"]) is not None for p in pairs]
     gate = [n and c for n, c in zip(near, cand, strict=True)]
     gate2 = [n and c for n, c in zip(near, cand2, strict=True)]
-    relations: list[str | None] = [None] * len(pairs)
+    # The judge only ever sees gated pairs: ask it about every pair any swept gate lets through.
+    judged = [c >= 0.4 and (rf.is_candidate(p["b"], p["a"], 0.5) is not None
+                            or gate_v2(p["b"], p["a"], 0.7) is not None)
+              for c, p in zip(cos, pairs, strict=True)]
+    relations: list[str | None] = [None] * len(pairs)  # 4-way (reflect_llm_veto = true)
+    labels2: list[str | None] = [None] * len(pairs)  # updates | contradicts (the default)
     judge_s = 0.0
     if llm is not None:
         t0 = time.perf_counter()
         for i, p in enumerate(pairs):
-            relations[i] = judge(llm, p["a"], p["b"], cfg)
+            if judged[i]:
+                relations[i] = judge(llm, p["a"], p["b"], cfg, rf.RELATIONS)
+                labels2[i] = judge(llm, p["a"], p["b"], cfg, POSITIVE)
         judge_s = time.perf_counter() - t0
     says_pos = [r in POSITIVE for r in relations]
-    proposal = [g and s for g, s in zip(gate, says_pos, strict=True)]
-    proposal2 = [g and s for g, s in zip(gate2, says_pos, strict=True)]
+    veto = [g and s for g, s in zip(gate, says_pos, strict=True)]
+    veto2 = [g and s for g, s in zip(gate2, says_pos, strict=True)]
+    # What the pass proposes with the configured reflect_llm_veto.
+    proposal = veto if cfg.reflect_llm_veto else gate
+    proposal2 = veto2 if cfg.reflect_llm_veto else gate2
     by_label = Counter(labels)
+    n_judged = sum(judged)
 
     def rate(pred: list[bool], label: str) -> dict[str, Any]:
         k = sum(p for p, lab in zip(pred, labels, strict=True) if lab == label)
         return {"proposed": k, "of": by_label[label], "rate": k / by_label[label]}
 
+    def label_accuracy(gated: list[bool]) -> dict[str, Any]:
+        idx = [i for i in range(len(pairs)) if gated[i] and gold_pos[i] and labels2[i] is not None]
+        right = sum(labels2[i] == labels[i] for i in idx)
+        return {"right": right, "of": len(idx), "answers": dict(Counter(labels2[i] for i in idx))}
+
     reflect: dict[str, Any] = {
-        "positives": sum(gold_pos), "by_label": dict(by_label),
+        "positives": sum(gold_pos), "by_label": dict(by_label), "reflect_llm_veto": cfg.reflect_llm_veto,
         "neighbour_cosine_only": pr(near, gold_pos),
         "is_candidate_only": pr(cand, gold_pos),
         "gate": pr(gate, gold_pos),
-        "judge_only": pr(says_pos, gold_pos) if llm is not None else None,
-        "proposal": pr(proposal, gold_pos) if llm is not None else None,
+        "proposal": pr(proposal, gold_pos),
+        "proposal_with_veto": pr(veto, gold_pos) if llm is not None else None,
         "gate_v2": pr(gate2, gold_pos),
-        "proposal_v2": pr(proposal2, gold_pos) if llm is not None else None,
-        "false_proposals_compatible": rate(proposal, "compatible") if llm is not None else None,
-        "false_proposals_duplicate": rate(proposal, "duplicate") if llm is not None else None,
+        "proposal_v2": pr(proposal2, gold_pos),
+        "proposal_v2_with_veto": pr(veto2, gold_pos) if llm is not None else None,
+        "false_proposals_compatible": rate(proposal, "compatible"),
+        "false_proposals_duplicate": rate(proposal, "duplicate"),
+        "false_proposals_compatible_v2": rate(proposal2, "compatible"),
         "gate_on_compatible": rate(gate, "compatible"), "gate_on_duplicate": rate(gate, "duplicate"),
         "gate_v2_on_compatible": rate(gate2, "compatible"),
-        "judge_ms_per_pair": 1000 * judge_s / len(pairs) if llm is not None else None,
-        "judge_confusion": dict(Counter(f"{lab}->{r}" for lab, r in zip(labels, relations, strict=True))),
+        "judged_pairs": n_judged,
+        "judge_ms_per_call": 500 * judge_s / n_judged if llm is not None and n_judged else None,
+        "judge4_on_judged": dict(Counter(f"{lab}->{r}" for lab, r in zip(labels, relations, strict=True)
+                                         if r is not None)),
+        "label_accuracy_gate": label_accuracy(gate) if llm is not None else None,
+        "label_accuracy_gate_v2": label_accuracy(gate2) if llm is not None else None,
     }
     rows: list[list[Any]] = []
-    for name in ("neighbour_cosine_only", "is_candidate_only", "gate", "judge_only", "proposal", "gate_v2",
-                 "proposal_v2"):
+    for name in ("neighbour_cosine_only", "is_candidate_only", "gate", "proposal", "proposal_with_veto",
+                 "gate_v2", "proposal_v2", "proposal_v2_with_veto"):
         f = reflect[name]
         if f is None:
             continue
         rows.append([name, f["tp"], f["fp"], f["fn"], f["precision"], f["recall"]])
     h.print_table(f"reflect on lifecycle_pairs.jsonl (positives: updates+contradicts = {sum(gold_pos)}; "
                   f"reflect_min_cosine {cfg.reflect_min_cosine}, reflect_subject_jaccard "
-                  f"{cfg.reflect_subject_jaccard})", ["decision", "tp", "fp", "fn", "precision", "recall"],
-                  rows, digits=3)
+                  f"{cfg.reflect_subject_jaccard}, reflect_llm_veto {cfg.reflect_llm_veto})",
+                  ["decision", "tp", "fp", "fn", "precision", "recall"], rows, digits=3)
+    print(f"  false proposals (configured): compatible {reflect['false_proposals_compatible']}, duplicate "
+          f"{reflect['false_proposals_duplicate']}; with gate_v2: compatible "
+          f"{reflect['false_proposals_compatible_v2']}")
     if llm is not None:
-        print(f"  false proposals: compatible {reflect['false_proposals_compatible']}, duplicate "
-              f"{reflect['false_proposals_duplicate']}; judge {reflect['judge_ms_per_pair']:.0f} ms/pair")
-        print(f"  judge (label->answer): {reflect['judge_confusion']}")
-    print(f"  gate fires on compatible: {reflect['gate_on_compatible']}, duplicate: "
-          f"{reflect['gate_on_duplicate']}; gate_v2 on compatible: {reflect['gate_v2_on_compatible']}")
+        print(f"  judge: {n_judged} gated pairs, {reflect['judge_ms_per_call']:.0f} ms per call; "
+              f"4-way answers (label->answer): {reflect['judge4_on_judged']}")
+        print(f"  updates|contradicts label right on gated positives: shipped gate "
+              f"{reflect['label_accuracy_gate']}, gate_v2 {reflect['label_accuracy_gate_v2']}")
     # Why positives miss the gate, and which negatives pass it.
     misses = []
     for i, p in enumerate(pairs):
         sa, va = value_slots(p["a"])
         sb, vb = value_slots(p["b"])
-        why = ("cosine" if not near[i] else "no values" if not va or not vb else "same values" if va == vb
-               else f"subject jaccard {jaccard(sa, sb):.2f}" if sa != sb else "?")
+        why = ("cosine-below-min" if not near[i] else "no-value-on-a-side" if not va or not vb
+               else "same-values" if va == vb else f"subject-jaccard {jaccard(sa, sb):.2f}" if sa != sb
+               else "?")
         if gold_pos[i] and not gate[i]:
             misses.append({"kind": "missed by gate", "label": p["label"], "why": why, "cos": round(cos[i], 3),
                            "a": p["a"], "b": p["b"], "note": p["note"]})
@@ -230,7 +259,13 @@ def pairs_bench(pairs: list[dict[str, Any]], embedder: LocalEmbedder, llm: Llama
             misses.append({"kind": "judge says no", "label": p["label"], "judge": relations[i],
                            "a": p["a"], "b": p["b"], "note": p["note"]})
     reflect["failures"] = misses
-    print(f"  why positives miss the gate: "
+    with fixed_number_values():
+        no_value_v2 = sum(1 for i, p in enumerate(pairs) if gold_pos[i] and not gate2[i]
+                          and (not value_slots(p["a"])[1] or not value_slots(p["b"])[1]))
+    reflect["gate_v2_misses_without_values"] = no_value_v2
+    print(f"  positives gate_v2 misses: {sum(gold_pos) - reflect['gate_v2']['tp']}, of which {no_value_v2} "
+          "have no value on one side (names, regions, tools, weekdays: words, not values)")
+    print(f"  why positives miss the shipped gate: "
           f"{dict(Counter(m['why'].split(' ')[0] for m in misses if m['kind'] == 'missed by gate'))}")
     for m in misses:
         if m["kind"] != "missed by gate":
@@ -241,7 +276,7 @@ def pairs_bench(pairs: list[dict[str, Any]], embedder: LocalEmbedder, llm: Llama
         for subj in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
             g = [c >= min_cos and rf.is_candidate(p["b"], p["a"], subj) is not None
                  for c, p in zip(cos, pairs, strict=True)]
-            prop = [x and s for x, s in zip(g, says_pos, strict=True)] if llm is not None else g
+            prop = [x and s for x, s in zip(g, says_pos, strict=True)] if cfg.reflect_llm_veto else g
             f = pr(prop, gold_pos)
             fc = sum(x for x, lab in zip(prop, labels, strict=True) if lab == "compatible")
             sweep.append({"min_cosine": min_cos, "subject_jaccard": subj, **f, "false_on_compatible": fc})
@@ -251,7 +286,7 @@ def pairs_bench(pairs: list[dict[str, Any]], embedder: LocalEmbedder, llm: Llama
         for contain in (0.7, 0.8, 0.9, 1.0):
             g = [c >= min_cos and gate_v2(p["b"], p["a"], contain) is not None
                  for c, p in zip(cos, pairs, strict=True)]
-            prop = [x and s for x, s in zip(g, says_pos, strict=True)] if llm is not None else g
+            prop = [x and s for x, s in zip(g, says_pos, strict=True)] if cfg.reflect_llm_veto else g
             f, fg = pr(prop, gold_pos), pr(g, gold_pos)
             fc = sum(x for x, lab in zip(prop, labels, strict=True) if lab == "compatible")
             sweep2.append({"min_cosine": min_cos, "containment": contain, "gate_tp": fg["tp"],
@@ -433,8 +468,14 @@ def throughput_bench(n: int, with_extract: bool, max_wait_s: float, keep: bool) 
             t0 = time.perf_counter()
             d.call("memory.write", {"content": "warm-up note: the warm-up service listens on port 1.",
                                     "agent_id": "warm", "kind": "auto"})
+            if not with_extract:
+                park_extract(d.data_dir / "memoryd.db")
             h.wait_drained(d, "embed", timeout_s=300)
             h.wait_drained(d, "classify", timeout_s=300)
+            h.wait_drained(d, "reflect", timeout_s=300)
+            with d.client() as c:  # a warm-up extraction already running finishes first
+                while c.call("daemon.status")["queues"]["extract"]["leased"]:
+                    time.sleep(0.5)
             warm_s = time.perf_counter() - t0
             base = d.call("daemon.status")["passes"]
             host = h.HostLoad()
@@ -492,6 +533,9 @@ def throughput_bench(n: int, with_extract: bool, max_wait_s: float, keep: bool) 
                 result["reviews_open"] = c.call("daemon.status")["reviews_open"]
             result["proposals"] = proposal_counts(d.data_dir / "memoryd.db")
             result["classify_methods"] = classify_methods(d.data_dir / "memoryd.db")
+            result["supersede_samples"] = proposal_samples(d.data_dir / "memoryd.db")
+            for texts in result["supersede_samples"][:4]:
+                print(f"  supersede proposed: {' / '.join(repr(t) for t in texts)}")
             print(f"  proposals: {result['proposals']}; classify methods: {result['classify_methods']}")
             result["errors_logged"] = len(d.errors())
         finally:
@@ -533,6 +577,22 @@ def proposal_counts(db: Path) -> dict[str, int]:
         conn.close()
 
 
+def proposal_samples(db: Path, n: int = 8) -> list[list[str]]:
+    """The texts of a few supersede proposals (to see what the gate let through)."""
+    conn = connect(str(db), timeout_s=30)
+    try:
+        rows = conn.execute("SELECT memory_ids FROM proposals WHERE kind = 'supersede' ORDER BY created_at "
+                            "LIMIT ?", (n,)).fetchall()
+        out = []
+        for (ids,) in rows:
+            texts = [conn.execute("SELECT content FROM memories WHERE id = ?", (i,)).fetchone()[0]
+                     for i in json.loads(ids)]
+            out.append(texts)
+        return out
+    finally:
+        conn.close()
+
+
 def classify_methods(db: Path) -> dict[str, int]:
     conn = connect(str(db), timeout_s=30)
     try:
@@ -569,7 +629,21 @@ def main() -> None:
     if not args.skip_throughput:
         n = args.n or (1000 if args.quick else 10000)
         results["throughput"] = throughput_bench(n, args.with_extract, args.max_wait, args.keep)
+    carry_over(results, args.quick)
     h.save("lifecycle", results, args.quick)
+
+
+def carry_over(results: dict[str, Any], quick: bool) -> None:
+    """Keep the sections this run skipped from the previous results file (marked as carried over)."""
+    path = h.RESULTS_DIR / ("lifecycle.quick.json" if quick else "lifecycle.json")
+    if not path.exists():
+        return
+    previous = json.loads(path.read_text())
+    for section in ("reflect", "consolidate", "throughput"):
+        if section not in results and section in previous:
+            results[section] = {**previous[section],
+                                "carried_over_from": previous[section].get("carried_over_from",
+                                                                           previous.get("finished_at"))}
 
 
 if __name__ == "__main__":

@@ -227,8 +227,11 @@ def sweep(sets: dict[str, list[dict[str, Any]]], answers: dict[str, list[set[str
     variants["RRF c=10, 100/leg"] = lambda lx, vc, ln: rrf(lx, vc, c=10, depth=100, ref=ref)
     for w in (1.5, 2.0):
         variants[f"RRF c=60, vector weight {w}"] = lambda lx, vc, ln, w=w: rrf(lx, vc, w_vec=w, ref=ref)
-    variants["stop-words removed, RRF c=60"] = lambda lx, vc, ln: rrf(ln, vc, ref=ref)
-    variants["stop-words removed, RRF c=20"] = lambda lx, vc, ln: rrf(ln, vc, c=20, ref=ref)
+    for c in (60, 20, 10, 5, 1):
+        variants[f"stop-words removed, RRF c={c}"] = lambda lx, vc, ln, c=c: rrf(ln, vc, c=c, ref=ref)
+    variants["stop-words removed, RRF c=5, 100/leg"] = (
+        lambda lx, vc, ln: rrf(ln, vc, c=5, depth=100, ref=ref))
+    variants["RRF c=5, 100/leg"] = lambda lx, vc, ln: rrf(lx, vc, c=5, depth=100, ref=ref)
     for w in (1.5, 2.0):
         variants[f"stop-words removed, vector weight {w}"] = (
             lambda lx, vc, ln, w=w: rrf(ln, vc, w_vec=w, ref=ref))

@@ -355,6 +355,103 @@ def report(size: int, m: dict[str, Any]) -> dict[str, Any]:
     return derived
 
 
+# -- prototypes (in process, daemon stopped): where the remaining time at 100k goes ----------------
+_STOP_TEXT = """a about an and are as at be by can could do does did for from how i if in into is it its
+me my of on or our should so that the their them then there these they this to up was we what when where
+which who why will with would you your after before still"""
+_STOP = frozenset(_STOP_TEXT.split())
+
+
+def content_query(query: str) -> str:
+    """The query with stop-words dropped (what the lexical leg would match with a stop list)."""
+    import re
+
+    words = [w for w in re.findall(r"\w+", query) if w.lower() not in _STOP]
+    return " ".join(words) or query
+
+
+def prototypes(db: Path, encoder: Any, qs: list[str]) -> dict[str, Any]:
+    """Time alternative index queries on the same store: a stop-word-free MATCH, a vec0 table
+    partitioned by scope_key, and binary-quantised vectors rescored exactly."""
+    from sqlalchemy import text
+
+    from memoryd.store.engine import create_store_engine
+
+    engine = create_store_engine(f"sqlite:///{db}")
+    t0 = time.perf_counter()
+    with engine.begin() as conn:
+        conn.execute(text(
+            "CREATE VIRTUAL TABLE proto_vec_part USING vec0(memory_seq integer primary key, "
+            "embedding float[384] distance_metric=cosine, scope_key text partition key, status text, "
+            "kind text)"))
+        conn.execute(text(
+            "INSERT INTO proto_vec_part(memory_seq, embedding, scope_key, status, kind) "
+            "SELECT memory_seq, embedding, scope_key, status, kind FROM memory_vec"))
+        conn.execute(text(
+            "CREATE VIRTUAL TABLE proto_vec_bit USING vec0(memory_seq integer primary key, "
+            "embedding bit[384], scope_key text, status text, kind text)"))
+        conn.execute(text(
+            "INSERT INTO proto_vec_bit(memory_seq, embedding, scope_key, status, kind) "
+            "SELECT v.memory_seq, vec_quantize_binary(v.vector), m.scope || ':' || m.owner, m.status, m.kind "
+            "FROM memory_vectors v JOIN memories m ON m.seq = v.memory_seq"))
+    engine.dispose()
+    build_s = time.perf_counter() - t0
+    raw = Raw(db)
+    c = raw.conn
+    keys = raw.keys
+    vecs = {q: encoder.encode([q], normalize_embeddings=True)[0].astype("<f4") for q in qs}
+
+    def exact(q: str) -> list[int]:
+        return [r[0] for r in c.execute(
+            "SELECT memory_seq FROM memory_vec WHERE embedding MATCH ? AND k = ? AND scope_key IN (?, ?, ?) "
+            "AND status IN ('active') ORDER BY distance", (vecs[q].tobytes(), KNN_FETCH, *keys))]
+
+    def partitioned(q: str) -> list[int]:
+        # With a partition key, IN returns k rows per partition (measured): merge and cut here.
+        rows = c.execute(
+            "SELECT memory_seq, distance FROM proto_vec_part WHERE embedding MATCH ? AND k = ? "
+            "AND scope_key IN (?, ?, ?) AND status IN ('active')",
+            (vecs[q].tobytes(), KNN_FETCH, *keys)).fetchall()
+        return [seq for seq, _ in sorted(rows, key=lambda r: r[1])[:KNN_FETCH]]
+
+    def binary(q: str) -> list[int]:
+        cand = [r[0] for r in c.execute(
+            "SELECT memory_seq FROM proto_vec_bit WHERE embedding MATCH vec_quantize_binary(?) AND k = ? "
+            "AND scope_key IN (?, ?, ?) AND status IN ('active')",
+            (vecs[q].tobytes(), 10 * KNN_FETCH, *keys))]
+        marks = ",".join("?" * len(cand))
+        return [r[0] for r in c.execute(
+            f"SELECT memory_seq FROM memory_vectors WHERE memory_seq IN ({marks}) "
+            "ORDER BY vec_distance_cosine(vector, ?) LIMIT ?", (*cand, vecs[q].tobytes(), KNN_FETCH))]
+
+    out: dict[str, Any] = {"build_s": build_s}
+    calls = {"raw_fts": raw.fts, "raw_fts_stopwords_removed": lambda q: raw.fts(content_query(q)),
+             "raw_knn": exact, "knn_partition_key": partitioned, "knn_binary_rescored_x10": binary}
+    samples: dict[str, list[float]] = {n: [] for n in calls}
+    for q in qs:
+        for name, fn in calls.items():
+            samples[name].append(timed(lambda fn=fn, q=q: fn(q)))
+    for name in calls:
+        out[name] = summary(samples[name])
+    truth = {q: exact(q) for q in qs}
+    out["knn_partition_key"]["same_as_exact"] = sum(partitioned(q) == truth[q] for q in qs) / len(qs)
+    out["knn_binary_rescored_x10"]["overlap_at_40"] = (
+        sum(len(set(binary(q)) & set(truth[q])) for q in qs) / (KNN_FETCH * len(qs)))
+    raw.close()
+    return out
+
+
+def print_prototypes(size: int, p: dict[str, Any]) -> None:
+    rows = [[name, p[name]["n"], p[name]["p50_ms"], p[name]["p95_ms"]]
+            for name in ("raw_fts", "raw_fts_stopwords_removed", "raw_knn", "knn_partition_key",
+                         "knn_binary_rescored_x10")]
+    h.print_table(f"{size:,} memories: prototypes, in process (ms)", ["query", "n", "p50", "p95"], rows)
+    print(f"  partition key: same top-40 as the shipped KNN on "
+          f"{p['knn_partition_key']['same_as_exact']:.0%} of queries; binary + exact rescoring of 400: "
+          f"top-40 overlap {p['knn_binary_rescored_x10']['overlap_at_40']:.0%} (random vectors: a "
+          "pessimistic stand-in for real embeddings)")
+
+
 def start_daemon(root: Path, data_dir: Path, label: str) -> h.Daemon:
     """A daemon on the built store, once its vector leg answers (the model is loaded)."""
     daemon = h.Daemon(root, embedder="bundled", data_dir=data_dir, label=label,
@@ -377,6 +474,12 @@ def main() -> None:
     p.add_argument("--probe-timeout", type=float, default=300.0,
                    help="seconds one lexical probe search may take before the store size is judged "
                         "pathological (its lexical and hybrid series are then skipped)")
+    p.add_argument("--prototypes", action="store_true",
+                   help="also time alternative index queries in process (stop-word-free MATCH, vec0 "
+                        "partition key, binary quantisation with exact rescoring)")
+    p.add_argument("--prototypes-only", action="store_true",
+                   help="build the stores and time only the in-process prototypes (no daemon)")
+    p.add_argument("--name", default="search", help="results file name (bench/results/NAME.json)")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else (
         [2000, 10000] if args.quick else [10000, 100000])
@@ -392,6 +495,11 @@ def main() -> None:
             built = build_store(data_dir, size, seed=11 + i)
             print(f"\nbuilt a {size:,}-memory store in {built['build_s']:.1f} s "
                   f"({built['db_bytes'] / 2**20:.0f} MiB)")
+            if args.prototypes_only:
+                proto = prototypes(data_dir / "memoryd.db", encoder, queries(n_queries, 100 + i))
+                print_prototypes(size, proto)
+                results["sizes"][str(size)] = {"store": built, "prototypes": proto}
+                continue
             daemon = start_daemon(root, data_dir, f"d{size}")
             try:
                 status = daemon.call("daemon.status")
@@ -411,8 +519,11 @@ def main() -> None:
             m["store"] = built
             m["daemon_memories"] = status["memories"]
             m["derived"] = report(size, m)
+            if args.prototypes:
+                m["prototypes"] = prototypes(data_dir / "memoryd.db", encoder, queries(n_queries, 100 + i))
+                print_prototypes(size, m["prototypes"])
             results["sizes"][str(size)] = m
-    h.save("search", results, args.quick)
+    h.save(args.name, results, args.quick)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 The daemon is a child process on a fresh directory under /tmp (so the socket
 path stays far below the 108-byte limit), seeded over the socket and stopped
-with SIGTERM. Tests that change the store behind the daemon's back (verbs that
-arrive later: supersede, forget, promote) open the same SQLite file through
-``create_store_engine``, i.e. the same driver and hooks.
+with SIGTERM. Tests that change the store behind the daemon's back (states the
+tests must set at a chosen instant, or that no verb produces yet, such as a
+candidate row) open the same SQLite file through ``create_store_engine``, i.e.
+the same driver and hooks.
 """
 
 from __future__ import annotations

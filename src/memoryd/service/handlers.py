@@ -143,7 +143,8 @@ class Dispatcher:
             if query_vec is None:
                 reason = self.embedder.query_unavailable_reason() or "the embedder is not ready"
         with read_only(self.engine) as conn:
-            outcome = search.run(conn, req, utcnow(), query_vec, reason)
+            outcome = search.run(conn, req, utcnow(), query_vec, reason,
+                                 lazy_vec=lambda: self.embedder.encode_query(req.query))
         results = []
         for row in outcome.results:
             public = mem.to_public(row)
