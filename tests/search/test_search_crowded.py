@@ -184,7 +184,7 @@ def test_lexical_leg_matches_fts_once_before_the_scope_join(crowded: dict[str, A
     req = SearchRequest(query=QUERY, k=K, reader=Reader(agent_id="a2"), mode="lexical")
     compiled = lexical_statement(req, to_rfc3339(utcnow()), K).compile(
         dialect=sqlite_dialect(), compile_kwargs={"literal_binds": True})
-    conn = connect(str(daemon.db_path))
+    conn = connect(str(daemon.data_dir / "memoryd.db"))
     try:
         plan = " | ".join(str(row[-1]) for row in conn.execute(f"EXPLAIN QUERY PLAN {compiled}"))
     finally:
