@@ -256,8 +256,22 @@ def extract_bench(rows: list[dict[str, Any]], aliases: dict[str, str], llms: dic
     golds = [{(entity_key(e["name"], aliases), e["type"]) for e in r["entities"]} for r in rows]
     for det, gold in zip(dets, golds, strict=True):
         det_pr.add({(entity_key(f.name, aliases), f.type) for f in det}, gold)
+    # Facts without a model: what validate keeps from an empty answer (the source's own clauses).
+    clause_kept = clause_correct = clause_gold_matched = 0
+    for row in rows:
+        facts = ext.validate(row["text"], {"entities": [], "facts": []}, types, []).facts
+        clause_kept += len(facts)
+        clause_correct += sum(1 for f in facts if max((fact_f1(f, g) for g in row["facts"]), default=0.0)
+                              >= FACT_MATCH_F1)
+        clause_gold_matched += sum(1 for g in row["facts"]
+                                   if any(fact_f1(f, g) >= FACT_MATCH_F1 for f in facts))
+    gold_total = sum(len(r["facts"]) for r in rows)
+    clause_facts = {"kept": clause_kept, "correct": clause_correct,
+                    "precision": clause_correct / clause_kept if clause_kept else float("nan"),
+                    "recall": clause_gold_matched / gold_total}
     out: dict[str, Any] = {"n": len(rows), "deterministic": {**det_pr.figures(),
-                                                            "items_per_s": len(rows) / det_s}, "llm": {}}
+                                                            "items_per_s": len(rows) / det_s},
+                           "facts_without_llm": clause_facts, "llm": {}}
     table: list[list[Any]] = [["deterministic only", *_pr_row(det_pr), len(rows) / det_s]]
     examples: dict[str, list[Any]] = {}
     for label, llm in llms.items():
@@ -341,6 +355,10 @@ def extract_bench(rows: list[dict[str, Any]], aliases: dict[str, str], llms: dic
     h.print_table("extract entities on tests/data/extract.jsonl (match: normalised name via the alias map, "
                   "and type)", ["method", "precision", "recall", "F1", "tp", "predicted", "gold", "items/s"],
                   table, digits=3)
+    h.print_table("extract facts without the LLM (validate on an empty answer: the source's own clauses)",
+                  ["kept", "correct", "precision", "recall of labelled"],
+                  [[clause_facts["kept"], clause_facts["correct"], clause_facts["precision"],
+                    clause_facts["recall"]]], digits=3)
     for label, res in out["llm"].items():
         f = res["facts"]
         h.print_table(f"extract facts [{label}] (correct = grounded AND content-word F1 >= {FACT_MATCH_F1} "

@@ -88,7 +88,9 @@ def rrf(lex: Sequence[dict[str, Any]], vec: Sequence[dict[str, Any]], *, c: floa
 def score_fusion(lex: Sequence[dict[str, Any]], vec: Sequence[dict[str, Any]], *, alpha: float,
                  depth: int = 20) -> list[str]:
     """alpha × cosine similarity + (1 − alpha) × BM25 normalised by the best BM25 of the query."""
-    lex, vec = lex[:depth], vec[:depth]
+    # Rows a leg filled from the other leg carry no score of this leg's kind.
+    lex = [r for r in lex if "lexical_score" in r["explain"]][:depth]
+    vec = [r for r in vec if "vector_score" in r["explain"]][:depth]
     best = max((r["explain"]["lexical_score"] for r in lex), default=0.0) or 1.0
     lex_s = {r["id"]: r["explain"]["lexical_score"] / best for r in lex}
     vec_s = {r["id"]: r["explain"]["vector_score"] for r in vec}

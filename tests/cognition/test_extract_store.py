@@ -9,12 +9,14 @@ from typing import Any
 
 from sqlalchemy import Engine, delete, func, select
 
+from memoryd.config import DEFAULT_ENTITY_TYPES
 from memoryd.passes.base import PassContext
-from memoryd.passes.extract import ExtractPass
+from memoryd.passes.extract import ExtractPass, validate
 from memoryd.queue import jobs as jobq
 from memoryd.store import derive, links
 from memoryd.store.memories import NewMemory, WriteContext, get_row, request_hash, write_memory
 from memoryd.store.schema import entities, entity_mentions, extractions, memories, memory_links, proposals
+from memoryd.text.entities import find_deterministic
 
 from .conftest import T0
 
@@ -76,10 +78,11 @@ def test_extracting_the_same_source_twice_adds_no_derived_memories_or_mentions(
     first = run_extract(ctx, source)
     assert first.processed == 1
     after_first = counts(engine)
-    # Positive control: the first run wrote two candidates, the entities and their mentions.
-    assert after_first["derived"] == 2 and after_first["extractions"] == 1
+    expected = validate(SOURCE, ANSWER, list(DEFAULT_ENTITY_TYPES), find_deterministic(SOURCE))
+    # Positive control: the first run wrote the candidates, the entities and their mentions.
+    assert after_first["derived"] == len(expected.facts) >= 2 and after_first["extractions"] == 1
     assert after_first["entities"] >= 2 and after_first["mentions"] == after_first["entities"]
-    assert after_first["links"] == 2  # each fact cites the source
+    assert after_first["links"] == after_first["derived"]  # each fact cites the source
 
     # A redelivered job: the source's content hash is already extracted, so it is skipped.
     second = run_extract(ctx, source)
@@ -102,7 +105,7 @@ def test_derived_fact_cites_its_live_source_and_starts_as_candidate(
     with engine.connect() as conn:
         derived = conn.execute(select(memories.c.id, memories.c.status, memories.c.content)
                                .where(memories.c.derived.is_(True))).all()
-        assert {d.content for d in derived} == set(ANSWER["facts"])
+        assert set(ANSWER["facts"]) <= {d.content for d in derived}
         for d in derived:
             assert d.status == "candidate"
             cited = links.targets(conn, d.id, links.CITES)

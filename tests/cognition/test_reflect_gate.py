@@ -52,6 +52,15 @@ def test_version_bump_at_the_end_of_a_sentence_is_a_candidate(a: str, b: str) ->
     assert is_candidate(a, b, JACCARD) is not None
 
 
+@pytest.mark.xfail(strict=True, reason="is_candidate compares masked subjects by jaccard >= 0.8: in a long "
+                   "sentence one swapped subject word (the service's name) is 1 word in 8, so two services' "
+                   "outages pass the gate (1,464 of 3,984 neighbour pairs in bench/lifecycle.py's 1k set)")
+def test_two_services_in_a_long_sentence_are_not_candidates() -> None:
+    a = "Yesterday yonder-renderer went down for 41 minutes after a bad deploy; rolled back."
+    b = "Yesterday zesty-exporter went down for 47 minutes after a bad deploy; rolled back."
+    assert is_candidate(a, b, JACCARD) is None
+
+
 def test_identical_values_or_normalised_duplicates_are_not_candidates() -> None:
     assert is_candidate("Terraform is on 1.5.7 today.", "terraform is on 1.5.7 today", JACCARD) is None
     assert is_candidate("Terraform is on 1.5.7 today.", "Terraform runs 1.5.7 today.", JACCARD) is None
