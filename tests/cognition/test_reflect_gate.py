@@ -42,8 +42,6 @@ def test_same_subject_with_a_new_value_is_a_candidate(a: str, b: str) -> None:
     assert why is not None and "→" in why
 
 
-@pytest.mark.xfail(strict=True, reason="text/values.py NUMBER requires (?![\\w.]) after the digits, so a "
-                   "number that ends a sentence ('Node 18.') is no value and the pair is never a candidate")
 @pytest.mark.parametrize(("a", "b"), [
     ("CI uses Node 18.", "CI uses Node 20."),
     ("Postgres on staging is version 14.", "Postgres on staging is version 15."),
@@ -52,9 +50,6 @@ def test_version_bump_at_the_end_of_a_sentence_is_a_candidate(a: str, b: str) ->
     assert is_candidate(a, b, JACCARD) is not None
 
 
-@pytest.mark.xfail(strict=True, reason="is_candidate compares masked subjects by jaccard >= 0.8: in a long "
-                   "sentence one swapped subject word (the service's name) is 1 word in 8, so two services' "
-                   "outages pass the gate (1,464 of 3,984 neighbour pairs in bench/lifecycle.py's 1k set)")
 def test_two_services_in_a_long_sentence_are_not_candidates() -> None:
     a = "Yesterday yonder-renderer went down for 41 minutes after a bad deploy; rolled back."
     b = "Yesterday zesty-exporter went down for 47 minutes after a bad deploy; rolled back."

@@ -34,7 +34,7 @@ from memoryd.queue.jobs import Job
 from memoryd.store import proposals
 from memoryd.store.engine import read_only
 from memoryd.store.schema import LIVE_STATUSES, memories
-from memoryd.text.normalize import jaccard, loose
+from memoryd.text.normalize import content_words, jaccard, loose
 from memoryd.text.values import value_slots
 
 RELATIONS = ("updates", "contradicts", "compatible", "duplicate")
@@ -48,15 +48,30 @@ JUDGE_EXAMPLES = [
 ]
 
 
+#: Words an update adds without changing what it is about ("now", "moved to").
+UPDATE_CUES = frozenset(
+    ["now", "still", "currently", "moved", "move", "upgraded", "upgrade", "downgraded", "changed",
+     "change", "updated", "update", "new", "newer", "latest", "since", "from", "to", "no",
+     "longer", "anymore", "instead", "has", "have", "been", "was", "were", "is", "are"]
+)
+
+
 def is_candidate(a: str, b: str, min_subject_jaccard: float) -> str | None:
-    """Why (a, b) may be an update or contradiction, or None."""
+    """Why (a, b) may be an update or contradiction, or None.
+
+    The texts with their values masked must be about the same subject: their
+    content words may differ only by update cues ("now", "moved to"). One
+    other differing word — a service's or a person's name — makes them two
+    facts about two things, however alike they read.
+    """
     if loose(a) == loose(b):
         return None
     subj_a, vals_a = value_slots(a)
     subj_b, vals_b = value_slots(b)
     if not vals_a or not vals_b or vals_a == vals_b:
         return None
-    if subj_a != subj_b and jaccard(subj_a, subj_b) < min_subject_jaccard:
+    words_a, words_b = content_words(subj_a), content_words(subj_b)
+    if (words_a ^ words_b) - UPDATE_CUES or jaccard(subj_a, subj_b) < min_subject_jaccard:
         return None
     changed = [f"{x} → {y}" for x, y in zip(vals_a, vals_b, strict=False) if x != y]
     return "same subject, different value: " + ", ".join(changed or [f"{vals_a} → {vals_b}"])

@@ -22,7 +22,8 @@ VERSION = re.compile(r"\b[vV]?\d+(?:\.\d+){1,3}(?:[-+][\w.]+)?\b|\b[vV]\d+\b")
 ISSUE = re.compile(r"(?<![\w&])#\d{1,7}\b|\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b")
 DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?\b|\b\d{1,2}:\d{2}\b")
 IDENT = re.compile(r"`([^`\n]{1,80})`|\b[a-z]+(?:[A-Z][a-z0-9]+)+\b|\b[a-z0-9]+(?:_[a-z0-9]+)+\b")
-NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?%?(?![\w.])")
+# A number may end a sentence ("Node 18."), but not run into a word or a longer dotted value.
+NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?%?(?!\w|\.\w)")
 
 KINDS = {
     "url": URL, "email": EMAIL, "host_port": HOST_PORT, "path": PATH, "version": VERSION,
