@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 
-.PHONY: run test test-fast lint typecheck bench clean install install-dev
+.PHONY: run test test-slow test-all lint typecheck bench clean install install-dev
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,11 +32,16 @@ lint: install-dev
 typecheck: install-dev
 	$(BIN)/mypy
 
+# The default run skips tests marked slow (real model loads, crash loops,
+# crowded indexes); CI runs them too, after this.
 test: lint typecheck
-	$(BIN)/pytest -q
-
-test-fast: lint typecheck
 	$(BIN)/pytest -q -m "not slow"
+
+test-slow: install-dev
+	$(BIN)/pytest -q -m slow
+
+test-all: lint typecheck
+	$(BIN)/pytest -q
 
 bench: install-dev
 	$(BIN)/python bench/write.py
