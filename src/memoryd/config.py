@@ -78,7 +78,7 @@ class Config:
     merge_min_cosine: float = _key(0.93, "Consolidate proposes a merge only at or above this cosine.")
     merge_min_jaccard: float = _key(0.6, "...and at or above this content-word overlap (and equal values).")
     reflect_min_cosine: float = _key(0.6, "Reflect considers neighbours at or above this cosine.")
-    reflect_subject_jaccard: float = _key(0.8, "Reflect pairs need this word overlap once values are masked.")
+    reflect_subject_jaccard: float = _key(0.0, "Extra floor on the masked subjects' word overlap (0 = off).")
     reflect_llm_veto: bool = _key(False, "Let the LLM veto reflect candidates (for a capable model only).")
     session_ttl_s: float = _key(86400.0, "Session-scope memories are archived after this many seconds.")
     archive_window_s: float = _key(2592000.0, "Archived memories are hard-deleted after this many seconds.")
