@@ -56,6 +56,8 @@ class Config:
     llm: str = _key("bundled", "LLM: 'bundled' (Gemma 3 270M), 'none', or a GGUF path (later passes).")
     kinds: list[str] = _key(list(DEFAULT_KINDS), "Memory kinds a writer may name (besides 'auto').")
     entity_types: list[str] = _key(list(DEFAULT_ENTITY_TYPES), "Entity types the extract pass may emit.")
+    llm_entity_types: list[str] = _key(["person", "project", "service", "organization"],
+                                       "Entity types taken from the LLM (the rules find the others better).")
     log_level: str = _key("info", "Log level: debug, info, warning, error.")
     log_format: str = _key("auto", "Log format: 'json', 'console', or 'auto' (console on a terminal).")
     max_frame_bytes: int = _key(1048576, "Largest request frame accepted (bytes); larger answers 1001.")
@@ -74,7 +76,8 @@ class Config:
     idempotency_ttl_s: float = _key(172800.0, "How long idempotency keys are remembered (at least 24 h).")
     embed_batch_size: int = _key(64, "Memories embedded per embed-pass batch.")
     classify_margin: float = _key(0.05, "The embedding classifier decides alone above this lead over #2.")
-    llm_timeout_s: float = _key(60.0, "Longest one LLM completion may take (the attempt then fails).")
+    classify_llm: bool = _key(False, "Ask the LLM when the classifier's margin is low (for a capable model).")
+    llm_timeout_s: float = _key(120.0, "Longest one LLM completion may take (the attempt then fails).")
     merge_min_cosine: float = _key(0.93, "Consolidate proposes a merge only at or above this cosine.")
     merge_min_jaccard: float = _key(0.6, "...and at or above this content-word overlap (and equal values).")
     reflect_min_cosine: float = _key(0.6, "Reflect considers neighbours at or above this cosine.")
@@ -102,7 +105,7 @@ class Config:
     model_worker: bool = _key(True, "Run models in a child process that exits when idle (false: in-daemon).")
     model_idle_s: float = _key(300.0, "Seconds without model work before the model worker exits.")
     model_timeout_s: float = _key(300.0, "Longest one model request may take before the worker is killed.")
-    model_threads: int = _key(2, "Threads for model inference when the machine is idle (1 when busy).")
+    model_threads: int = _key(1, "Threads for model inference when idle (1 when busy; 2 was slower here).")
     nice: int = _key(10, "CPU niceness the daemon gives itself at start (0 = unchanged).")
     shutdown_grace_s: float = _key(20.0, "On SIGTERM, seconds a running batch may take before release.")
 
@@ -160,6 +163,8 @@ class Config:
                                   f"(got {getattr(self, name)!r})")
         if not self.entity_types or any(not isinstance(t, str) or not t for t in self.entity_types):
             raise ConfigError("config key 'entity_types' must be a non-empty list of names")
+        if any(t not in self.entity_types for t in self.llm_entity_types):
+            raise ConfigError("config key 'llm_entity_types' may only name types in 'entity_types'")
         if not self.kinds or any(not isinstance(k, str) or not k or k == "auto" for k in self.kinds):
             raise ConfigError("config key 'kinds' must be a non-empty list of names other than 'auto'")
 

@@ -185,12 +185,12 @@ class OpenAICompatLLM:
             raise ValueError("memoryd never asks a model for unconstrained output; pass grammar or schema")
         body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
                                 "temperature": 0.0, "stop": stop or []}
-        if grammar is not None:
-            body["grammar"] = grammar  # llama-server's extension
-        if schema is not None:
-            body["json_schema"] = schema  # llama-server
-            body["response_format"] = {"type": "json_schema",
-                                       "json_schema": {"name": "answer", "schema": schema}}
+        if grammar is None and schema is not None:
+            # Servers ignore json_schema on /v1/completions; a GBNF grammar they all honour.
+            from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+            grammar = json_schema_to_gbnf(json.dumps(schema))
+        body["grammar"] = grammar  # llama-server's extension; refuses grammar and schema together
         answer = self._request("POST", "/v1/completions", body, timeout_s)
         try:
             return str(answer["choices"][0]["text"])

@@ -93,7 +93,8 @@ class Extraction:
     dropped_vocabulary: int = 0
 
 
-def validate(text: str, answer: Any, types: list[str], deterministic: list[Found]) -> Extraction:
+def validate(text: str, answer: Any, types: list[str], deterministic: list[Found],
+             llm_types: list[str] | None = None) -> Extraction:
     """Keep what the source grounds and the vocabulary allows; count the rest."""
     if not isinstance(answer, dict) or not isinstance(answer.get("entities"), list) \
             or not isinstance(answer.get("facts"), list):
@@ -111,6 +112,8 @@ def validate(text: str, answer: Any, types: list[str], deterministic: list[Found
         if not name or name.lower() not in lowered:
             out.dropped_ungrounded += 1
             continue
+        if llm_types is not None and type_ not in llm_types:
+            continue  # the rules find this type better; the model's guess is not kept
         if (name.lower(), type_) not in seen:
             seen.add((name.lower(), type_))
             out.entities.append(Found(name, type_))
@@ -164,7 +167,8 @@ class ExtractPass(Pass):
                                        timeout_s=ctx.config.llm_timeout_s, threads=ctx.threads,
                                   family="extract")
                 outcomes[job.id] = validate(row.content, json.loads(raw), types,
-                                            find_deterministic(row.content))
+                                            find_deterministic(row.content),
+                                            list(ctx.config.llm_entity_types))
             except (ValueError, json.JSONDecodeError) as exc:
                 outcomes[job.id] = exc  # an invalid answer is a failed attempt, never a default
         names = sorted({f.name for o in outcomes.values() if isinstance(o, Extraction) for f in o.entities})
