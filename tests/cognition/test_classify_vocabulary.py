@@ -65,8 +65,8 @@ def drain(ctx: PassContext, p: Any) -> list[Any]:
 def test_invented_kind_from_llm_is_rejected_and_row_stays_auto(
         engine: Engine, write_ctx: WriteContext, make_ctx: Callable[..., PassContext]) -> None:
     llm = InventingLLM()
-    # classify_margin 1.0: the embedding never decides alone, so every memory goes to the LLM.
-    ctx = make_ctx(llm=llm, classify_margin=1.0)
+    # classify_margin 1.0 and classify_llm: the embedding never decides alone; every memory asks the LLM.
+    ctx = make_ctx(llm=llm, classify_margin=1.0, classify_llm=True)
     memory_id = write_auto(engine, write_ctx, "Someone said the build looks slower since Tuesday.")
     drain(ctx, EmbedPass())  # stores the vector and chains the classify job
     with engine.begin() as conn:
@@ -90,14 +90,14 @@ def test_llm_answer_inside_the_shortlist_is_written(
         engine: Engine, write_ctx: WriteContext, make_ctx: Callable[..., PassContext]) -> None:
     """Positive control for the test above: a valid answer is stored with method 'llm'."""
     clf = PrototypeClassifier(list(DEFAULT_KINDS))
-    probe = make_ctx(classify_margin=1.0)
+    probe = make_ctx(classify_margin=1.0, classify_llm=True)
     clf.ready(probe.embedder)
     memory_id = write_auto(engine, write_ctx, "Someone said the build looks slower since Tuesday.")
     drain(probe, EmbedPass())
     with engine.connect() as conn:
         blob = conn.execute(select(memory_vectors.c.vector)).scalar_one()
     shortlist = [k for k, _ in clf.scores(vectors.from_blob(blob), "")][:3]
-    ctx = make_ctx(llm=InventingLLM(" " + shortlist[-1]), classify_margin=1.0)
+    ctx = make_ctx(llm=InventingLLM(" " + shortlist[-1]), classify_margin=1.0, classify_llm=True)
     drain(ctx, ClassifyPass())
     with engine.connect() as conn:
         row = conn.execute(select(memories.c.kind, memories.c.kind_method)
