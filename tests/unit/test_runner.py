@@ -226,3 +226,25 @@ def test_stop_releases_the_leases_of_a_batch_that_outlives_the_grace(
     assert job_of(engine, "fake_slow").state == "ready"
     with read_only(engine) as conn:
         assert conn.execute(select(effects)).all() == []
+
+
+class LockedStorePass(Pass):
+    """Stands in for a pass whose write hit "database is locked" past the busy timeout."""
+
+    name = "fake_locked"
+
+    def run(self, batch: list[Job], ctx: PassContext) -> PassResult:
+        from sqlalchemy.exc import OperationalError
+
+        raise OperationalError("UPDATE ...", {}, Exception("database is locked"))
+
+
+def test_store_locked_during_a_pass_releases_its_batch_uncounted(engine: Engine) -> None:
+    runner = make_runner(engine, LockedStorePass(), CompletingPass())
+    enqueue(engine, "fake_locked", "m1")
+    enqueue(engine, "fake_ok", "m1")
+    runner.cycle()
+    job = job_of(engine, "fake_locked")
+    assert (job.state, job.attempts, job.lease_owner) == ("ready", 0, None)
+    assert runner.stats["fake_locked"].errors_total == 0
+    assert job_of(engine, "fake_ok").state == "done"  # positive control: other passes go on

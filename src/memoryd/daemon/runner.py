@@ -10,11 +10,13 @@ from __future__ import annotations
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
 
 from memoryd.clock import rfc3339_from_epoch
 from memoryd.daemon.governor import BUSY, IDLE, Governor
@@ -157,9 +159,13 @@ class PassRunner:
 
     def _run_one(self, p: Pass, limit: int) -> bool:
         now = self.ctx.now()
-        with self.ctx.engine.begin() as conn:
-            batch = jobq.claim(conn, p.name, owner=self.owner, now=now,
-                               lease_s=self.ctx.config.job_lease_s, limit=limit)
+        try:
+            with self.ctx.engine.begin() as conn:
+                batch = jobq.claim(conn, p.name, owner=self.owner, now=now,
+                                   lease_s=self.ctx.config.job_lease_s, limit=limit)
+        except OperationalError as exc:  # locked past the busy timeout: try again next cycle
+            log.warning("runner.claim_busy", pass_=p.name, error=str(exc.orig))
+            return False
         if not batch:
             return False
         self._current = batch
@@ -168,11 +174,11 @@ class PassRunner:
         started = time.perf_counter()
         try:
             result = p.run(batch, self.ctx)
-        except PassUnavailable as exc:
-            # Not the job's fault: give the jobs back with the attempt uncounted.
+        except (PassUnavailable, OperationalError) as exc:
+            # Not the job's fault (a model is off, or the store was locked past the
+            # busy timeout): give the jobs back with the attempt uncounted.
             stats.last_error = str(exc)
-            with self.ctx.engine.begin() as conn:
-                jobq.release(conn, batch, now=self.ctx.now())
+            self._retry_store(lambda: self._release(batch))
             # The released jobs are due at once: rest the pass, or the loop would
             # claim and release them without pause.
             self._cooldown[p.name] = self.ctx.now() + self.ctx.config.backoff_base_s
@@ -184,7 +190,7 @@ class PassRunner:
             stats.last_error = error
             log.error("pass.failed", pass_=p.name, n=len(batch), error=error,
                       trace=traceback.format_exc(limit=5))
-            self._fail_batch(batch, error)
+            self._retry_store(lambda: self._fail_batch(batch, error))
             return True
         finally:
             self._current = []
@@ -196,6 +202,21 @@ class PassRunner:
         log.info("pass.done", pass_=p.name, n=len(batch), processed=result.processed,
                  skipped=result.skipped, stale=result.stale, ms=round(elapsed_ms, 1))
         return True
+
+    def _release(self, batch: list[Job]) -> None:
+        with self.ctx.engine.begin() as conn:
+            jobq.release(conn, batch, now=self.ctx.now())
+
+    def _retry_store(self, action: Callable[[], None], tries: int = 5) -> None:
+        """Run a bookkeeping write, retrying while the store is locked; if it never
+        gets through, the jobs' leases expire and they are claimed again."""
+        for attempt in range(tries):
+            try:
+                action()
+                return
+            except OperationalError as exc:
+                log.warning("runner.store_busy", attempt=attempt + 1, error=str(exc.orig))
+                self._stopping.wait(1.0 + attempt)
 
     def _fail_batch(self, batch: list[Job], error: str) -> None:
         cfg = self.ctx.config
