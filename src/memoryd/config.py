@@ -74,7 +74,8 @@ class Config:
     backoff_max_s: float = _key(600.0, "Longest retry delay.")
     done_retention_s: float = _key(86400.0, "How long finished jobs are kept before pruning.")
     idempotency_ttl_s: float = _key(172800.0, "How long idempotency keys are remembered (at least 24 h).")
-    embed_batch_size: int = _key(64, "Memories embedded per embed-pass batch.")
+    embed_batch_size: int = _key(256, "Memories claimed per embed-pass batch (encoded sorted by length).")
+    embed_encode_batch: int = _key(32, "Texts per model forward pass (small: less padding).")
     classify_margin: float = _key(0.05, "The embedding classifier decides alone above this lead over #2.")
     classify_llm: bool = _key(False, "Ask the LLM when the classifier's margin is low (for a capable model).")
     llm_timeout_s: float = _key(120.0, "Longest one LLM completion may take (the attempt then fails).")
@@ -105,7 +106,7 @@ class Config:
     model_worker: bool = _key(True, "Run models in a child process that exits when idle (false: in-daemon).")
     model_idle_s: float = _key(300.0, "Seconds without model work before the model worker exits.")
     model_timeout_s: float = _key(300.0, "Longest one model request may take before the worker is killed.")
-    model_threads: int = _key(1, "Threads for model inference when idle (1 when busy; 2 was slower here).")
+    model_threads: int = _key(2, "Threads for model inference when idle (the governor uses 1 when busy).")
     nice: int = _key(10, "CPU niceness the daemon gives itself at start (0 = unchanged).")
     shutdown_grace_s: float = _key(20.0, "On SIGTERM, seconds a running batch may take before release.")
 
@@ -139,6 +140,7 @@ class Config:
             "decay_batch", "retention_batch", "busy_batch_size", "model_threads",
             "max_frame_bytes", "max_content_bytes", "max_connections", "max_inflight_per_connection",
             "write_queue_max", "write_batch_max", "read_threads", "job_max_attempts", "embed_batch_size",
+            "embed_encode_batch",
         )
         for name in positive:
             if getattr(self, name) < 1:

@@ -76,13 +76,13 @@ class Daemon:
         self.scheduler: BackgroundScheduler | None = None
         self.worker = ModelWorker(
             ["--embedder", cfg.embedder, "--llm", cfg.llm, "--data-dir", str(self.data_dir),
-             "--idle-s", str(cfg.model_idle_s), "--batch-size", str(cfg.embed_batch_size),
+             "--idle-s", str(cfg.model_idle_s), "--batch-size", str(cfg.embed_encode_batch),
              "--llm-threads", str(cfg.model_threads), "--log-level", cfg.log_level],
             cfg.model_timeout_s,
         )
         self.embedder: EmbedderAPI = (
             WorkerEmbedder(self.worker, cfg.embedder) if cfg.model_worker
-            else Embedder(cfg.embedder, batch_size=cfg.embed_batch_size)
+            else Embedder(cfg.embedder, batch_size=cfg.embed_encode_batch)
         )
         self.llm = WorkerLLM(self.worker, cfg.llm)
         self.passes = build_passes()
