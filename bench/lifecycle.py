@@ -52,7 +52,7 @@ from memoryd.models.llm import LlamaCppLLM, LLMUnavailable, bundled_gguf
 from memoryd.passes import reflect as rf
 from memoryd.store.driver import connect
 from memoryd.text import values as vals
-from memoryd.text.normalize import STOPWORDS, jaccard, loose, tokens
+from memoryd.text.normalize import jaccard, loose
 from memoryd.text.values import value_slots
 
 DATA = h.BENCH_DIR.parent / "tests" / "data"
@@ -77,8 +77,9 @@ def pr(pred: list[bool], gold: list[bool]) -> dict[str, Any]:
 #: text/values.py's NUMBER ends with (?![\w.]), so "Node 18." (a number that ends a sentence) is
 #: no value at all; this one only refuses a following word character or a ".digit".
 FIXED_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?%?(?![\w]|\.\d)")
-#: "us" is a stop-word in text/normalize.py, which makes "the US cluster" the same subject as "the cluster".
-SUBJECT_STOPWORDS = STOPWORDS - {"us"}
+# The shipped gate's value and subject normalisation (passes/reflect.py), reused here.
+_norm_value = rf._norm_value
+_subject_words = rf._subject_words
 
 
 @contextlib.contextmanager
@@ -90,16 +91,6 @@ def fixed_number_values() -> Iterator[None]:
         yield
     finally:
         vals.KINDS["number"] = old
-
-
-def _norm_value(v: str) -> str:
-    v = v[1:] if re.fullmatch(r"v\d.*", v) else v  # v3.3.0 == 3.3.0
-    return v.rstrip("/")  # https://x/ == https://x
-
-
-def _subject_words(subject: str) -> set[str]:
-    return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
-            for w in tokens(subject) if w not in SUBJECT_STOPWORDS}
 
 
 _TEMPORAL = re.compile(r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday|today|tomorrow|"
