@@ -103,6 +103,9 @@ class Config:
     governor_busy_on_battery: bool = _key(True, "Treat running on battery as busy.")
     busy_batch_size: int = _key(8, "Jobs per batch while busy (one pass per cycle).")
     busy_pause_s: float = _key(1.0, "Pause between batches while busy, leaving the CPU to the user.")
+    runner_gather_s: float = _key(
+        0.05, "After a write wakes the pass runner, and after a cycle whose batches all came up short, "
+        "wait this long so work gathers into fuller batches (0 = never wait).")
     model_worker: bool = _key(True, "Run models in a child process that exits when idle (false: in-daemon).")
     model_idle_s: float = _key(300.0, "Seconds without model work before the model worker exits.")
     model_timeout_s: float = _key(300.0, "Longest one model request may take before the worker is killed.")
@@ -151,6 +154,9 @@ class Config:
                      "llm_timeout_s", "prune_interval_s", "done_retention_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key {name!r} must be positive (got {getattr(self, name)!r})")
+        if not 0.0 <= self.runner_gather_s <= 5.0:
+            raise ConfigError("config key 'runner_gather_s' must be between 0 and 5 seconds "
+                              f"(got {self.runner_gather_s!r})")
         if self.busy_timeout_ms > 10000:
             # A longer wait would hold a write past the 30 s SIGTERM deadline.
             raise ConfigError("config key 'busy_timeout_ms' must be at most 10000 (10 s)")

@@ -26,7 +26,9 @@ def test_valid_write_builds_a_new_memory_with_defaults() -> None:
     assert (req.kind, req.importance) == ("auto", 0.5)
     assert req.metadata == {} and req.idempotency_key is None
     assert req.content == "  hello  "  # stored as sent; identity uses the normalised form
-    assert len(req.request_hash) == 64
+    assert req.request_hash == ""  # only a keyed write is compared with an earlier request
+    keyed = parse_write({"content": "hello", "agent_id": "a1", "idempotency_key": "k1"}, CFG)
+    assert len(keyed.request_hash) == 64
 
 
 @pytest.mark.parametrize(("params", "field"), [

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
 from memoryd.clock import rfc3339_from_epoch
@@ -26,7 +25,6 @@ from memoryd.passes.base import Pass, PassContext
 from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
 from memoryd.store.engine import read_only
-from memoryd.store.schema import jobs as jobs_table
 
 log = structlog.get_logger(__name__)
 
@@ -71,6 +69,8 @@ class PassRunner:
         self._thread: threading.Thread | None = None
         self._cycle = 0
         self._current: list[Job] = []
+        #: Whether every batch of the last cycle was smaller than its limit.
+        self._short = False
         #: pass -> epoch seconds until which it is not run (it raised PassUnavailable).
         self._cooldown: dict[str, float] = {}
 
@@ -99,7 +99,11 @@ class PassRunner:
     # -- loop ---------------------------------------------------------------
     def _loop(self) -> None:
         while not self._stopping.is_set():
-            self._wake.wait(timeout=self._sleep_s())
+            woken = self._wake.wait(timeout=self._sleep_s())
+            if woken and self.ctx.config.runner_gather_s > 0:
+                # Woken by a commit: let the rest of a burst of writes land first, so a
+                # stream of writes costs a cycle per gather window, not one per write.
+                self._stopping.wait(self.ctx.config.runner_gather_s)
             self._wake.clear()
             while not self._stopping.is_set():
                 try:
@@ -110,6 +114,11 @@ class PassRunner:
                     self._stopping.wait(1.0)
                 if not progressed:
                     break
+                if self._short and self.ctx.config.runner_gather_s > 0:
+                    # Every batch came up short: the work is arriving a little at a time
+                    # (a stream of writes). Let it gather into fuller batches instead of
+                    # taking the write lock for every job as it lands.
+                    self._stopping.wait(self.ctx.config.runner_gather_s)
                 if self.state() == BUSY:
                     # Leave the CPU to the user between small batches.
                     self._stopping.wait(self.ctx.config.busy_pause_s)
@@ -122,16 +131,11 @@ class PassRunner:
             for name, p in self.passes.items()
         }
 
-    def _backlog(self, now: float) -> dict[str, int]:
-        due = (
-            ((jobs_table.c.state == "ready") & (jobs_table.c.run_after <= now))
-            | ((jobs_table.c.state == "leased") & (jobs_table.c.lease_until < now))
-        )
+    def _backlog(self, now: float, runnable: dict[str, bool]) -> dict[str, int]:
+        """1 for each runnable pass with a claimable job (the plan needs no more than that)."""
+        names = [n for n, ok in runnable.items() if ok]
         with read_only(self.ctx.engine) as conn:
-            rows = conn.execute(
-                select(jobq.pass_col, func.count()).where(due).group_by(jobq.pass_col)
-            )
-            return {name: n for name, n in rows}
+            return dict.fromkeys(jobq.due_passes(conn, names, now=now), 1)
 
     def state(self) -> str:
         return self.governor.current.state if self.governor is not None else IDLE
@@ -140,8 +144,9 @@ class PassRunner:
         """Run one batch of each planned pass; True if any job was claimed."""
         now = self.ctx.now()
         state = self.state()
+        runnable = self.runnable()
         plan = plan_cycle(
-            list(self.passes), self._backlog(now), self.runnable(), self._cycle, state,
+            list(self.passes), self._backlog(now, runnable), runnable, self._cycle, state,
             model_backed={n: p.model_backed for n, p in self.passes.items()},
             batch_sizes={n: p.batch_limit(self.ctx) for n, p in self.passes.items()},
             busy_batch=self.ctx.config.busy_batch_size,
@@ -151,6 +156,7 @@ class PassRunner:
             self.last_plan = (state, [(item.name, item.batch) for item in plan])
         self.ctx.threads = 1 if state == BUSY else self.ctx.config.model_threads
         progressed = False
+        self._short = True
         for item in plan:
             if self._stopping.is_set():
                 break
@@ -168,6 +174,8 @@ class PassRunner:
             return False
         if not batch:
             return False
+        if len(batch) >= limit:
+            self._short = False
         self._current = batch
         stats = self.stats[p.name]
         stats.last_batch_size = len(batch)

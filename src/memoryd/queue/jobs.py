@@ -15,12 +15,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, case, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, Connection, and_, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from memoryd.clock import rfc3339_from_epoch
 from memoryd.errors import StaleLease
 from memoryd.queue.backoff import backoff_s
+from memoryd.store.prepared import prepare, run_many
 from memoryd.store.schema import jobs
 
 pass_col: ColumnElement[str] = jobs.c["pass"]
@@ -59,6 +60,27 @@ def enqueue(conn: Connection, pass_name: str, target: str, *, now: float,
     else:  # pragma: no cover
         stmt = insert(jobs).values(**values)
     return bool(conn.execute(stmt).rowcount)
+
+
+def enqueue_fresh(conn: Connection, pass_names: Sequence[str], targets: Sequence[str], *, now: float,
+                  max_attempts: int = 5) -> int:
+    """Add one job per (pass, target) for targets created in this transaction, in one statement.
+
+    Only for brand-new targets (new memory ids), which cannot have a live job
+    yet; anything else goes through :func:`enqueue`, which dedups.
+    """
+    rows = [
+        {"pass_name": p, "target": t, "payload": "{}", "now": now, "max_attempts": max_attempts}
+        for t in targets for p in pass_names
+    ]
+    stmt = prepare(conn, "enqueue-fresh", lambda: insert(jobs).values(
+        {pass_col: bindparam("pass_name"), jobs.c.target: bindparam("target"),
+         jobs.c.payload: bindparam("payload"), jobs.c.state: "ready", jobs.c.priority: 0,
+         jobs.c.run_after: bindparam("now"), jobs.c.attempts: 0,
+         jobs.c.max_attempts: bindparam("max_attempts"), jobs.c.created_at: bindparam("now"),
+         jobs.c.updated_at: bindparam("now")}))
+    run_many(conn, stmt, rows)
+    return len(rows)
 
 
 def claim(conn: Connection, pass_name: str, *, owner: str, now: float, lease_s: float,
@@ -237,17 +259,41 @@ def stats(conn: Connection, *, now: float) -> dict[str, dict[str, Any]]:
 
 
 def next_due(conn: Connection, pass_names: Sequence[str], *, now: float) -> float | None:
-    """Epoch seconds when the next job of these passes becomes claimable (None: none)."""
+    """Epoch seconds when the next job of these passes becomes claimable (None: none).
+
+    One statement of per-pass subqueries, each answered from the claim index
+    (pass, state, run_after) without reading the backlog: the runner asks
+    after every cycle, and a backlog can be a million jobs long.
+    """
     if not pass_names:
         return None
-    row = conn.execute(
-        select(
-            func.min(case((jobs.c.state == "ready", jobs.c.run_after), else_=None)),
-            func.min(case((jobs.c.state == "leased", jobs.c.lease_until), else_=None)),
-        ).where(pass_col.in_(list(pass_names)), jobs.c.state.in_(LIVE))
-    ).first()
+    cols = []
+    for name in pass_names:
+        cols.append(select(func.min(jobs.c.run_after))
+                    .where(pass_col == name, jobs.c.state == "ready").scalar_subquery())
+        cols.append(select(func.min(jobs.c.lease_until))
+                    .where(pass_col == name, jobs.c.state == "leased").scalar_subquery())
+    row = conn.execute(select(*cols)).first()
     candidates = [v for v in (row or ()) if v is not None]
     return min(candidates) if candidates else None
+
+
+def due_passes(conn: Connection, pass_names: Sequence[str], *, now: float) -> set[str]:
+    """Which of these passes have a job claimable now (ready and due, or leased and expired).
+
+    Probes the claim index once per pass instead of counting the backlog.
+    """
+    if not pass_names:
+        return set()
+    cols = []
+    for i, name in enumerate(pass_names):
+        ready = select(jobs.c.id).where(pass_col == name, jobs.c.state == "ready",
+                                        jobs.c.run_after <= now).limit(1)
+        expired = select(jobs.c.id).where(pass_col == name, jobs.c.state == "leased",
+                                          jobs.c.lease_until < now).limit(1)
+        cols.append(or_(ready.exists(), expired.exists()).label(f"p{i}"))
+    row = conn.execute(select(*cols)).first()
+    return {name for name, due in zip(pass_names, row or (), strict=False) if due}
 
 
 def pending_for(conn: Connection, target: str) -> list[str]:

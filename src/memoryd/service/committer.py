@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 
 from memoryd.errors import MemorydError, Overloaded, StoreUnavailable
 from memoryd.store.memories import WriteContext
+from memoryd.store.writegate import mark_foreground
 from memoryd.store.writes import WriteUnit, commit_units
 
 log = structlog.get_logger(__name__)
@@ -35,7 +36,9 @@ class GroupCommitter:
         self.clock = clock
         self.on_commit = on_commit
         self._queue: asyncio.Queue[tuple[WriteUnit, asyncio.Future[Any]]] = asyncio.Queue(max_queue)
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="memoryd-writer")
+        # Clients wait on this thread: it goes first at the write gate.
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="memoryd-writer",
+                                            initializer=mark_foreground)
         self._task: asyncio.Task[None] | None = None
         self._access: dict[str, int] = {}
         self._access_event = asyncio.Event()

@@ -132,7 +132,8 @@ def parse_write(params: Mapping[str, Any], cfg: Config) -> NewMemory:
         agent_id=owners["agent_id"], user_id=owners["user_id"], project=owners["project"],
         session_id=owners["session_id"], importance=0.5 if importance is None else importance,
         valid_from=valid_from, valid_to=valid_to, ttl_s=ttl_s, metadata=metadata,
-        idempotency_key=idem, request_hash=request_hash(dict(params)),
+        # Only a keyed write is ever compared with an earlier request.
+        idempotency_key=idem, request_hash=request_hash(dict(params)) if idem is not None else "",
     )
 
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, bindparam, insert, select
 
+from memoryd.store.prepared import fetch, prepare, run_many
 from memoryd.store.schema import audit_events
 
 GENESIS = "0" * 64
@@ -30,10 +33,10 @@ def _digest(prev_hash: str, at: str, actor: str, action: str, memory_id: str | N
 
 def last_hash(conn: Connection) -> str:
     """The hash of the newest event (the genesis hash for an empty log)."""
-    row = conn.execute(
-        select(audit_events.c.hash).order_by(audit_events.c.seq.desc()).limit(1)
-    ).first()
-    return row[0] if row else GENESIS
+    stmt = prepare(conn, "audit-head", lambda: select(audit_events.c.hash)
+                   .order_by(audit_events.c.seq.desc()).limit(1))
+    rows = fetch(conn, stmt, {})
+    return rows[0][0] if rows else GENESIS
 
 
 def append(conn: Connection, *, at: str, actor: str, action: str, memory_id: str | None,
@@ -43,15 +46,40 @@ def append(conn: Connection, *, at: str, actor: str, action: str, memory_id: str
     Call inside the write transaction of the mutation it records (the
     transaction's write lock keeps the chain linear).
     """
+    return append_many(conn, [Event(at, actor, action, memory_id, detail)])
+
+
+@dataclass(frozen=True)
+class Event:
+    """An audit event not yet chained."""
+
+    at: str
+    actor: str
+    action: str
+    memory_id: str | None
+    detail: dict[str, Any]
+
+
+def append_many(conn: Connection, events: Sequence[Event]) -> str:
+    """Chain ``events`` in order after the newest one, insert them in one statement; return the last hash.
+
+    One read of the chain's head and one executemany, however many events:
+    the group committer's path for a batch of writes.
+    """
     prev = last_hash(conn)
-    digest = _digest(prev, at, actor, action, memory_id, detail)
-    conn.execute(
-        insert(audit_events).values(
-            at=at, actor=actor, action=action, memory_id=memory_id, detail=detail,
-            prev_hash=prev, hash=digest,
-        )
-    )
-    return digest
+    rows = []
+    for ev in events:
+        digest = _digest(prev, ev.at, ev.actor, ev.action, ev.memory_id, ev.detail)
+        rows.append({"at": ev.at, "actor": ev.actor, "action": ev.action, "memory_id": ev.memory_id,
+                     "detail": json.dumps(ev.detail), "prev_hash": prev, "hash": digest})
+        prev = digest
+    stmt = prepare(conn, "audit-append", lambda: insert(audit_events).values(
+        {name: bindparam(name) for name in _EVENT_COLUMNS}))
+    run_many(conn, stmt, rows)
+    return prev
+
+
+_EVENT_COLUMNS = ("at", "actor", "action", "memory_id", "detail", "prev_hash", "hash")
 
 
 def verify(conn: Connection) -> tuple[int, int | None]:

@@ -2,12 +2,14 @@
 
 Each write transaction starts with ``BEGIN IMMEDIATE`` so a writer takes the
 lock up front instead of failing to upgrade a read lock mid-transaction (the
-source of "database is locked" errors). Read-only work asks for a deferred
+source of "database is locked" errors), after the process's write gate
+(store/writegate.py) has let it through. Read-only work asks for a deferred
 transaction with ``read_only(conn)``.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,6 +20,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.pool import QueuePool
 
 from memoryd.store.driver import sqlite_module
+from memoryd.store.writegate import WriteGate
 
 log = structlog.get_logger(__name__)
 
@@ -30,6 +33,9 @@ SQLITE_PRAGMAS: dict[str, Any] = {
 }
 
 BEGIN_OPTION = "memoryd_begin"
+
+#: Each SQLite engine's write gate (store/writegate.py).
+GATES: weakref.WeakKeyDictionary[Engine, WriteGate] = weakref.WeakKeyDictionary()
 
 
 def create_store_engine(url: str, busy_timeout_ms: int = 5000, pool_size: int = 8) -> Engine:
@@ -66,10 +72,47 @@ def _install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:
         except Exception as exc:  # pragma: no cover - depends on the platform's sqlite
             log.warning("store.sqlite_vec_unavailable", error=str(exc))
 
+    gate = WriteGate(busy_timeout_ms / 1000.0)
+    GATES[engine] = gate
+
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         mode = conn.get_execution_options().get(BEGIN_OPTION, "IMMEDIATE")
-        conn.exec_driver_sql(f"BEGIN {mode}")
+        dbapi_conn = conn.connection.dbapi_connection
+        if mode == "IMMEDIATE":
+            gate.acquire(dbapi_conn)
+        try:
+            conn.exec_driver_sql(f"BEGIN {mode}")
+        except BaseException:
+            gate.release(dbapi_conn)
+            raise
+
+    # The gate opens after the driver's COMMIT or ROLLBACK has returned (SQLAlchemy's
+    # commit and rollback events fire before them), so the dialect's own calls are wrapped.
+    dialect: Any = engine.dialect
+    for name in ("do_commit", "do_rollback"):
+        original = getattr(dialect, name)
+
+        def _ended(dbapi_conn: Any, _original: Any = original) -> None:
+            try:
+                _original(dbapi_conn)
+            finally:
+                gate.release(dbapi_conn)
+
+        setattr(dialect, name, _ended)
+
+    @event.listens_for(engine, "close")
+    def _on_close(dbapi_conn: Any, _record: Any) -> None:
+        gate.release(dbapi_conn)
+
+    @event.listens_for(engine, "invalidate")
+    def _on_invalidate(dbapi_conn: Any, _record: Any, _exc: Any) -> None:
+        gate.release(dbapi_conn)
+
+
+def write_gate(engine: Engine) -> WriteGate | None:
+    """The engine's in-process write gate (SQLite engines only)."""
+    return GATES.get(engine)
 
 
 @contextmanager

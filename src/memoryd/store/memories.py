@@ -98,10 +98,7 @@ def write_memory(conn: Connection, req: NewMemory, now: datetime, ctx: WriteCont
             return dict(prior.result)
 
     if is_tombstoned(conn, req.scope, req.owner, chash):
-        raise Tombstoned(
-            "this content was forgotten or rejected in this scope and may not be written again",
-            data={"field": "content"},
-        )
+        raise tombstoned_error()
 
     dup = conn.execute(
         select(memories.c.id, memories.c.recorded_at, memories.c.corroboration).where(
@@ -115,16 +112,9 @@ def write_memory(conn: Connection, req: NewMemory, now: datetime, ctx: WriteCont
         # Another independent write of the same content: it corroborates the row.
         conn.execute(update(memories).where(memories.c.id == dup.id)
                      .values(corroboration=memories.c.corroboration + 1))
-        audit.append(conn, at=to_rfc3339(now), actor=ctx.actor, action="memory.corroborate",
-                     memory_id=dup.id, detail={"before": {"corroboration": dup.corroboration},
-                                               "after": {"corroboration": dup.corroboration + 1}})
-        result: dict[str, Any] = {
-            "id": dup.id,
-            "recorded_at": dup.recorded_at,
-            "queued": [],
-            "duplicate_of": dup.id,
-            "notices": ["an identical live memory exists in this scope; nothing was written"],
-        }
+        ev = corroborate_event(to_rfc3339(now), ctx.actor, dup.id, dup.corroboration)
+        audit.append_many(conn, [ev])
+        result: dict[str, Any] = duplicate_result(dup.id, dup.recorded_at)
     else:
         result = _insert_new(conn, req, chash, now, ctx)
 
@@ -146,11 +136,21 @@ def write_memory(conn: Connection, req: NewMemory, now: datetime, ctx: WriteCont
 
 def _insert_new(conn: Connection, req: NewMemory, chash: str, now: datetime,
                 ctx: WriteContext) -> dict[str, Any]:
+    values = new_row(req, chash, now)
+    conn.execute(insert(memories).values(**values))
+    audit.append_many(conn, [write_event(values, ctx.actor)])
+    queued = []
+    for pass_name in ctx.passes:
+        jobq.enqueue(conn, pass_name, values["id"], now=now.timestamp(), max_attempts=ctx.max_attempts)
+        queued.append(pass_name)
+    return new_result(values, queued)
+
+
+def new_row(req: NewMemory, chash: str, now: datetime) -> dict[str, Any]:
+    """The memories row for a new write (a fresh id, stamped ``now``)."""
     recorded_at = to_rfc3339(now)
-    memory_id = new_memory_id(int(now.timestamp() * 1000))
-    expires_at = to_rfc3339(now + timedelta(seconds=req.ttl_s)) if req.ttl_s else None
-    values = {
-        "id": memory_id,
+    return {
+        "id": new_memory_id(int(now.timestamp() * 1000)),
         "content": req.content,
         "content_hash": chash,
         "kind": req.kind,
@@ -166,22 +166,49 @@ def _insert_new(conn: Connection, req: NewMemory, chash: str, now: datetime,
         "valid_from": req.valid_from or recorded_at,
         "valid_to": req.valid_to,
         "recorded_at": recorded_at,
-        "expires_at": expires_at,
+        "expires_at": to_rfc3339(now + timedelta(seconds=req.ttl_s)) if req.ttl_s else None,
         "derived": req.derived,
         "metadata": req.metadata,
     }
-    conn.execute(insert(memories).values(**values))
-    audit.append(
-        conn, at=recorded_at, actor=ctx.actor,
-        action="memory.derive" if req.derived else "memory.write", memory_id=memory_id,
-        detail={k: values[k] for k in ("content_hash", "kind", "scope", "owner", "status",
-                                        "importance", "valid_from", "valid_to", "expires_at")},
+
+
+_WRITE_DETAIL = ("content_hash", "kind", "scope", "owner", "status", "importance", "valid_from",
+                 "valid_to", "expires_at")
+
+
+def write_event(values: dict[str, Any], actor: str) -> audit.Event:
+    """The audit event of a new row (hashes and fields, never the text)."""
+    return audit.Event(values["recorded_at"], actor,
+                       "memory.derive" if values["derived"] else "memory.write", values["id"],
+                       {k: values[k] for k in _WRITE_DETAIL})
+
+
+def corroborate_event(at: str, actor: str, memory_id: str, before: int) -> audit.Event:
+    """The audit event of a duplicate write that corroborates ``memory_id``."""
+    return audit.Event(at, actor, "memory.corroborate", memory_id,
+                       {"before": {"corroboration": before}, "after": {"corroboration": before + 1}})
+
+
+def new_result(values: dict[str, Any], queued: list[str]) -> dict[str, Any]:
+    """memory.write's result for a new row."""
+    return {"id": values["id"], "recorded_at": values["recorded_at"], "queued": queued, "notices": []}
+
+
+DUPLICATE_NOTICE = "an identical live memory exists in this scope; nothing was written"
+
+
+def duplicate_result(memory_id: str, recorded_at: str) -> dict[str, Any]:
+    """memory.write's result for a duplicate of a live row."""
+    return {"id": memory_id, "recorded_at": recorded_at, "queued": [], "duplicate_of": memory_id,
+            "notices": [DUPLICATE_NOTICE]}
+
+
+def tombstoned_error() -> Tombstoned:
+    """1006, for a write of content that carries a tombstone in its scope."""
+    return Tombstoned(
+        "this content was forgotten or rejected in this scope and may not be written again",
+        data={"field": "content"},
     )
-    queued = []
-    for pass_name in ctx.passes:
-        jobq.enqueue(conn, pass_name, memory_id, now=now.timestamp(), max_attempts=ctx.max_attempts)
-        queued.append(pass_name)
-    return {"id": memory_id, "recorded_at": recorded_at, "queued": queued, "notices": []}
 
 
 def is_tombstoned(conn: Connection, scope: str, owner: str, chash: str) -> bool:

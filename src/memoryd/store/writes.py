@@ -1,8 +1,10 @@
 """Group commit: many callers' writes in one transaction.
 
-Each unit (one memory.write, or one all-or-nothing memory.write_many) runs in
-its own savepoint, so a refused unit (tombstone, idempotency conflict) rolls
-back alone while the others commit together. Pending access counts from reads
+Plain writes (no idempotency key) go through store/groupwrite.py, a few
+statements for the whole group. Every other unit (a keyed write, a
+supersede, a forget, a review decision) runs in its own savepoint, so a
+refused unit (tombstone, idempotency conflict) rolls back alone while the
+others commit together. Pending access counts from reads
 ride along in the same transaction.
 """
 
@@ -18,6 +20,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from memoryd.errors import MemorydError, StoreUnavailable
+from memoryd.store.groupwrite import is_plain, write_plain
 from memoryd.store.memories import NewMemory, WriteContext, record_access, write_memory
 
 log = structlog.get_logger(__name__)
@@ -65,21 +68,18 @@ def commit_units(engine: Engine, units: Sequence[WriteUnit], ctx: WriteContext, 
     Returns only after the commit (or raises nothing: a store failure becomes
     a StoreUnavailable outcome for every unit, since nothing was written).
     """
-    outcomes: list[UnitOutcome] = []
+    outcomes: list[UnitOutcome] = [None] * len(units)
+    plain = [i for i, u in enumerate(units) if u.op is None and is_plain(u.items)]
     try:
         with engine.begin() as conn:
-            for unit in units:
-                unit_ctx = WriteContext(actor=unit.actor, passes=ctx.passes,
-                                        max_attempts=ctx.max_attempts,
-                                        idempotency_ttl_s=ctx.idempotency_ttl_s)
-                try:
-                    with conn.begin_nested():
-                        if unit.op is not None:
-                            outcomes.append(unit.op(conn, now, unit_ctx))
-                        else:
-                            outcomes.append([write_memory(conn, item, now, unit_ctx) for item in unit.items])
-                except MemorydError as exc:
-                    outcomes.append(exc)
+            if plain:
+                done = write_plain(conn, [(units[i].items, units[i].actor) for i in plain], now, ctx)
+                for i, outcome in zip(plain, done, strict=True):
+                    outcomes[i] = outcome
+            taken = set(plain)
+            for i, unit in enumerate(units):
+                if i not in taken:
+                    outcomes[i] = _commit_one(conn, unit, now, ctx)
             if access:
                 record_access(conn, access, now)
     except DBAPIError as exc:
@@ -87,3 +87,16 @@ def commit_units(engine: Engine, units: Sequence[WriteUnit], ctx: WriteContext, 
         log.error("store.write_failed", error=str(exc.orig), units=len(units))
         return [err for _ in units]
     return outcomes
+
+
+def _commit_one(conn: Connection, unit: WriteUnit, now: datetime, ctx: WriteContext) -> UnitOutcome:
+    """A unit on the per-write path, in its own savepoint (a refusal rolls back only this unit)."""
+    unit_ctx = WriteContext(actor=unit.actor, passes=ctx.passes, max_attempts=ctx.max_attempts,
+                            idempotency_ttl_s=ctx.idempotency_ttl_s)
+    try:
+        with conn.begin_nested():
+            if unit.op is not None:
+                return unit.op(conn, now, unit_ctx)
+            return [write_memory(conn, item, now, unit_ctx) for item in unit.items]
+    except MemorydError as exc:
+        return exc

@@ -1,0 +1,165 @@
+"""The group committer's fast path: a batch of plain writes in a handful of statements.
+
+A plain unit writes memories without an idempotency key (the common case).
+However many such units a group holds, this path reads the store twice (the
+tombstones and the live rows of every (scope, owner, content hash) in the
+group), then inserts the new rows, their audit events and their jobs with one
+executemany each. Decisions the per-write path takes with a query each —
+tombstoned, duplicate of a live row, duplicate of an earlier write in the same
+group — are taken here in Python on those two reads, with the same outcomes.
+
+Units with an idempotency key, and mutations other than writes, take the
+per-unit path in store/writes.py (a savepoint each).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Select, Table, bindparam, insert, select, tuple_, update
+
+from memoryd.clock import to_rfc3339
+from memoryd.errors import MemorydError
+from memoryd.queue import jobs as jobq
+from memoryd.store import audit
+from memoryd.store.memories import (
+    NewMemory,
+    WriteContext,
+    corroborate_event,
+    duplicate_result,
+    new_result,
+    new_row,
+    tombstoned_error,
+    write_event,
+)
+from memoryd.store.prepared import fetch, prepare, run_many
+from memoryd.store.schema import LIVE_STATUSES, memories, tombstones
+
+#: (scope, owner, content hash): the identity duplicates and tombstones are judged on.
+Identity = tuple[str, str, str]
+
+#: Identities per lookup statement, at most (three bound parameters each).
+LOOKUP_CHUNK = 256
+#: Lookup statements are compiled for these sizes only; a shorter list repeats its last identity.
+_SIZES = (1, 4, 16, 64, LOOKUP_CHUNK)
+
+
+@dataclass
+class _Live:
+    id: str
+    recorded_at: str
+    corroboration: int
+
+
+def is_plain(items: Sequence[NewMemory] | None) -> bool:
+    """Whether a unit's items can take the fast path (no idempotency key to honour)."""
+    return items is not None and all(item.idempotency_key is None for item in items)
+
+
+def identity(item: NewMemory) -> Identity:
+    return (item.scope, item.owner, item.hash)
+
+
+def _lookup(conn: Connection, table: Table, extra: tuple[str, ...],
+            keys: Sequence[Identity]) -> list[Any]:
+    """Rows of ``table`` whose (scope, owner, content_hash) is among ``keys``: those three, then ``extra``."""
+    found: list[Any] = []
+    for at in range(0, len(keys), LOOKUP_CHUNK):
+        chunk = list(keys[at:at + LOOKUP_CHUNK])
+        size = next(n for n in _SIZES if n >= len(chunk))
+        chunk += [chunk[-1]] * (size - len(chunk))
+
+        def build(size: int = size) -> Select[Any]:
+            cols = (table.c.scope, table.c.owner, table.c.content_hash)
+            wanted = [tuple_(*(bindparam(f"{c.name}_{i}") for c in cols)) for i in range(size)]
+            return select(*cols, *(table.c[name] for name in extra)).where(tuple_(*cols).in_(wanted))
+
+        stmt = prepare(conn, ("identity-lookup", table.name, extra, size), build)
+        params = {f"{name}_{i}": value for i, key in enumerate(chunk)
+                  for name, value in zip(("scope", "owner", "content_hash"), key, strict=True)}
+        found.extend(fetch(conn, stmt, params))
+    return found
+
+
+def tombstoned(conn: Connection, keys: set[Identity]) -> set[Identity]:
+    """Which of ``keys`` carry a tombstone."""
+    return {(r[0], r[1], r[2]) for r in _lookup(conn, tombstones, (), sorted(keys))}
+
+
+def live_rows(conn: Connection, keys: set[Identity]) -> dict[Identity, _Live]:
+    """The oldest live row of each identity in ``keys`` that has one."""
+    # Status is checked here, not in SQL: a status condition there leads SQLite's
+    # planner to walk every live row by the status index instead of probing identities.
+    found: dict[Identity, tuple[int, _Live]] = {}
+    extra = ("id", "recorded_at", "corroboration", "status", "seq")
+    for r in _lookup(conn, memories, extra, sorted(keys)):
+        key = (r[0], r[1], r[2])
+        if r[6] in LIVE_STATUSES and (key not in found or r[7] < found[key][0]):
+            found[key] = (r[7], _Live(r[3], r[4], r[5]))
+    return {key: live for key, (_, live) in found.items()}
+
+
+_NEW_ROW_COLUMNS = ("id", "content", "content_hash", "kind", "scope", "owner", "agent_id", "user_id",
+                    "project", "session_id", "status", "importance", "importance_raw", "valid_from",
+                    "valid_to", "recorded_at", "expires_at", "derived", "metadata")
+
+
+def _insert_rows(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    stmt = prepare(conn, "insert-memories", lambda: insert(memories).values(
+        {name: bindparam(name) for name in _NEW_ROW_COLUMNS}))
+    run_many(conn, stmt, [{**r, "metadata": json.dumps(r["metadata"])} for r in rows])
+
+
+def _corroborate(conn: Connection, bumps: Counter[str]) -> None:
+    stmt = prepare(conn, "corroborate", lambda: update(memories).where(memories.c.id == bindparam("mid"))
+                   .values(corroboration=memories.c.corroboration + bindparam("n")))
+    run_many(conn, stmt, [{"mid": mid, "n": n} for mid, n in bumps.items()])
+
+
+def write_plain(conn: Connection, units: Sequence[tuple[Sequence[NewMemory], str]], now: datetime,
+                ctx: WriteContext) -> list[list[dict[str, Any]] | MemorydError]:
+    """Write plain units (items, actor) in the caller's transaction; one outcome per unit.
+
+    A unit is all or nothing: one tombstoned item refuses the whole unit (1006)
+    and nothing of it is written, as on the per-unit path.
+    """
+    keys = [[identity(item) for item in items] for items, _ in units]
+    wanted = {k for unit_keys in keys for k in unit_keys}
+    dead = tombstoned(conn, wanted)
+    live = live_rows(conn, wanted - dead)
+    at = to_rfc3339(now)
+    rows: list[dict[str, Any]] = []
+    events: list[audit.Event] = []
+    bumps: Counter[str] = Counter()
+    outcomes: list[list[dict[str, Any]] | MemorydError] = []
+    for (items, actor), unit_keys in zip(units, keys, strict=True):
+        if any(k in dead for k in unit_keys):
+            outcomes.append(tombstoned_error())
+            continue
+        results = []
+        for item, key in zip(items, unit_keys, strict=True):
+            hit = live.get(key)
+            if hit is not None:
+                # Another write of the same content (stored, or earlier in this group) corroborates it.
+                events.append(corroborate_event(at, actor, hit.id, hit.corroboration))
+                hit.corroboration += 1
+                bumps[hit.id] += 1
+                results.append(duplicate_result(hit.id, hit.recorded_at))
+                continue
+            values = new_row(item, key[2], now)
+            rows.append(values)
+            events.append(write_event(values, actor))
+            live[key] = _Live(values["id"], values["recorded_at"], 1)
+            results.append(new_result(values, list(ctx.passes)))
+        outcomes.append(results)
+    _insert_rows(conn, rows)
+    _corroborate(conn, bumps)
+    audit.append_many(conn, events)
+    jobq.enqueue_fresh(conn, ctx.passes, [r["id"] for r in rows], now=now.timestamp(),
+                       max_attempts=ctx.max_attempts)
+    return outcomes

@@ -1,0 +1,75 @@
+"""Core statements compiled once per dialect and run on the driver's cursor.
+
+The group committer's hot path runs the same few statements for every batch.
+Through ``Connection.execute`` each costs ~0.3 ms of CPU in SQLAlchemy
+(coercion, cache key, result set-up), several times what SQLite takes to run
+it (bench/write.py measured 3.0 ms of CPU per one-write transaction against
+0.57 ms for the same statements on the driver). Here a statement is written
+once in Core, compiled once per dialect, and executed on the DBAPI cursor of
+the caller's connection, inside its transaction.
+
+The driver applies no SQLAlchemy type processing: callers pass values the
+driver takes as they are (str, int, float, bool, None; JSON already dumped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Connection
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A compiled statement: its SQL, and its parameter names in order (None: named style)."""
+
+    sql: str
+    names: tuple[str, ...] | None
+    #: Values the statement carries itself (literals in Core become bound parameters).
+    defaults: Mapping[str, Any]
+
+    def bind(self, params: Mapping[str, Any]) -> Any:
+        merged = {**self.defaults, **params} if self.defaults else params
+        if self.names is None:
+            return dict(merged)
+        return tuple(merged[name] for name in self.names)
+
+
+_cache: dict[tuple[str, Hashable], Prepared] = {}
+
+
+def prepare(conn: Connection, key: Hashable, build: Callable[[], ClauseElement]) -> Prepared:
+    """The statement ``build()`` returns, compiled for ``conn``'s dialect (cached under ``key``)."""
+    slot = (conn.dialect.name, key)
+    found = _cache.get(slot)
+    if found is None:
+        compiled = cast(SQLCompiler, build().compile(dialect=conn.dialect))
+        names = tuple(compiled.positiontup or ()) if compiled.positional else None
+        defaults = {k: v for k, v in compiled.params.items() if v is not None}
+        found = _cache[slot] = Prepared(str(compiled), names, defaults)
+    return found
+
+
+def fetch(conn: Connection, stmt: Prepared, params: Mapping[str, Any]) -> list[Any]:
+    """Run a query on the driver's cursor and return its rows (tuples)."""
+    cur = conn.connection.cursor()
+    try:
+        cur.execute(stmt.sql, stmt.bind(params))
+        return list(cur.fetchall())
+    finally:
+        cur.close()
+
+
+def run_many(conn: Connection, stmt: Prepared, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Run a DML statement once per parameter set, in one driver call."""
+    if not rows:
+        return
+    cur = conn.connection.cursor()
+    try:
+        cur.executemany(stmt.sql, [stmt.bind(r) for r in rows])
+    finally:
+        cur.close()
