@@ -10,8 +10,9 @@ real daemon on it (bundled embedder), and measures over the socket:
 * hybrid and vector with distinct, never-seen queries (the query embedding
   included), and the in-process embedding time of those queries;
 * in the same run, interleaved query by query, the raw FTS5 MATCH query
-  (the daemon's own MATCH expression) and the raw sqlite-vec KNN query (its
-  first fetch: scope keys, status, k = 40), issued directly through
+  (the daemon's own MATCH expression and first fetch size) and the raw
+  sqlite-vec KNN queries (its first fetch: one query per visible scope_key
+  partition, status, k = 40, merged), issued directly through
   memoryd.store.driver with sqlite_vec loaded.
 
 It prints hybrid p50 ÷ (raw FTS p50 + raw KNN p50) (target ≤ 1.5) and the
@@ -35,12 +36,15 @@ from typing import Any
 import numpy as np
 
 import _harness as h
+from memoryd.store.search import LEX_MIN_FETCH, LEX_OVERFETCH
 
 DIM = 384
 READER = {"agent_id": "agent-00", "user_id": "user-0"}
 K = 10
 KNN_FETCH = 40  # the daemon's first vector fetch for k=10: max(2 * max(2k, 10), 20)
 LEX_LIMIT = 20  # the daemon's lexical limit for k=10: max(2k, 10)
+# The daemon's first full-text fetch for that limit (memoryd.store.search.lexical).
+LEX_FETCH = max(LEX_LIMIT * LEX_OVERFETCH, LEX_MIN_FETCH)
 SLOW_LEXICAL_S = 10.0  # one lexical search slower than this: skip the lexical/hybrid series
 SERIES_BUDGET_S = 90.0  # stop a series early (>= 5 samples) if one search is pathologically slow
 
@@ -161,15 +165,19 @@ class Raw:
         match = fts_match(query)
         rows = self.conn.execute(
             "SELECT rowid, bm25(memories_fts) FROM memories_fts WHERE memories_fts MATCH ? "
-            "ORDER BY bm25(memories_fts) LIMIT ?", (match, LEX_LIMIT)).fetchall()
+            "ORDER BY bm25(memories_fts) LIMIT ?", (match, LEX_FETCH)).fetchall()
         return len(rows)
 
     def knn(self, vec: np.ndarray) -> int:
-        rows = self.conn.execute(
-            "SELECT memory_seq, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? "
-            "AND scope_key IN (?, ?, ?) AND status IN ('active') ORDER BY distance",
-            (vec.astype("<f4").tobytes(), KNN_FETCH, *self.keys)).fetchall()
-        return len(rows)
+        """The daemon's KNN: one query per visible partition (scope_key), merged, cut to k."""
+        blob = vec.astype("<f4").tobytes()
+        rows = []
+        for key in self.keys:
+            rows += self.conn.execute(
+                "SELECT memory_seq, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? "
+                "AND scope_key = ? AND status IN ('active')", (blob, KNN_FETCH, key)).fetchall()
+        rows.sort(key=lambda r: r[1])
+        return len(rows[:KNN_FETCH])
 
     def lexical_fts_first(self, query: str) -> int:
         """Prototype: the daemon's lexical leg (join, scope, status, expiry) with FTS5 as the
@@ -327,7 +335,8 @@ def report(size: int, m: dict[str, Any]) -> dict[str, Any]:
     rows = []
     labels = {
         "ping": "daemon.ping (socket round trip)",
-        "raw_fts": "raw FTS5 MATCH (top 20)", "raw_knn": "raw vec0 KNN (k=40, scope+status)",
+        "raw_fts": f"raw FTS5 MATCH (top {LEX_FETCH})",
+        "raw_knn": "raw vec0 KNN (k=40 per partition)",
         "lexical_fts_first_prototype": "prototype lexical leg: FTS CROSS JOIN memories",
         "lexical_cte_prototype": "prototype lexical leg: MATERIALIZED CTE",
         "query_embedding_in_process": "query embedding, in process",

@@ -103,6 +103,9 @@ class Config:
     governor_busy_on_battery: bool = _key(True, "Treat running on battery as busy.")
     busy_batch_size: int = _key(8, "Jobs per batch while busy (one pass per cycle).")
     busy_pause_s: float = _key(1.0, "Pause between batches while busy, leaving the CPU to the user.")
+    access_flush_s: float = _key(
+        1.0, "Read counts (access_count, last_accessed_at) from searches and gets wait up to this long "
+        "to ride along with a write's transaction before they are committed alone.")
     runner_gather_s: float = _key(
         0.05, "After a write wakes the pass runner, and after a cycle whose batches all came up short, "
         "wait this long so work gathers into fuller batches (0 = never wait).")
@@ -154,6 +157,9 @@ class Config:
                      "llm_timeout_s", "prune_interval_s", "done_retention_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"config key {name!r} must be positive (got {getattr(self, name)!r})")
+        if not 0.0 <= self.access_flush_s <= 60.0:
+            raise ConfigError("config key 'access_flush_s' must be between 0 and 60 seconds "
+                              f"(got {self.access_flush_s!r})")
         if not 0.0 <= self.runner_gather_s <= 5.0:
             raise ConfigError("config key 'runner_gather_s' must be between 0 and 5 seconds "
                               f"(got {self.runner_gather_s!r})")

@@ -26,9 +26,10 @@ def unit(content: str, owner: str = "a1") -> WriteUnit:
 
 
 def make_committer(engine: Engine, ctx: WriteContext, *, max_queue: int = 4096,
-                   on_commit: Callable[[], None] = lambda: None) -> GroupCommitter:
+                   on_commit: Callable[[], None] = lambda: None,
+                   access_flush_s: float = 1.0) -> GroupCommitter:
     return GroupCommitter(engine, ctx, max_queue=max_queue, max_batch=512, clock=lambda: NOW,
-                          on_commit=on_commit)
+                          on_commit=on_commit, access_flush_s=access_flush_s)
 
 
 def contents(engine: Engine) -> set[str]:
@@ -140,3 +141,40 @@ def test_access_counts_ride_along_with_the_next_commit(engine: Engine, write_ctx
                            .where(memories.c.id == mid)).one()
     assert row.access_count == 2
     assert row.last_accessed_at is not None
+
+
+def _access_count(engine: Engine, mid: str) -> int:
+    with read_only(engine) as conn:
+        return int(conn.execute(select(memories.c.access_count).where(memories.c.id == mid)).scalar_one())
+
+
+def test_access_counts_alone_wait_for_the_flush_interval_then_commit(engine: Engine,
+                                                                      write_ctx: WriteContext) -> None:
+    async def scenario() -> tuple[int, int]:
+        committer = make_committer(engine, write_ctx, access_flush_s=0.3)
+        committer.start()
+        [result] = await committer.submit(unit("read me"))
+        committer.note_access([result["id"]])
+        await asyncio.sleep(0.05)
+        early = _access_count(engine, result["id"])  # still gathering: no transaction per read
+        await asyncio.sleep(0.6)
+        late = _access_count(engine, result["id"])
+        await committer.drain()
+        return early, late
+
+    assert asyncio.run(scenario()) == (0, 1)
+
+
+def test_access_counts_still_gathering_are_committed_at_shutdown(engine: Engine,
+                                                                 write_ctx: WriteContext) -> None:
+    async def scenario() -> str:
+        committer = make_committer(engine, write_ctx, access_flush_s=60.0)
+        committer.start()
+        [result] = await committer.submit(unit("read me"))
+        committer.note_access([result["id"]] * 3)
+        await asyncio.sleep(0.05)
+        await committer.drain()
+        return str(result["id"])
+
+    mid = asyncio.run(scenario())
+    assert _access_count(engine, mid) == 3

@@ -150,7 +150,7 @@ class Daemon:
                                  idempotency_ttl_s=self.cfg.idempotency_ttl_s)
         self.committer = GroupCommitter(
             engine, write_ctx, max_queue=self.cfg.write_queue_max, max_batch=self.cfg.write_batch_max,
-            clock=utcnow, on_commit=runner.wakeup,
+            clock=utcnow, on_commit=runner.wakeup, access_flush_s=self.cfg.access_flush_s,
         )
         self.committer.start()
         dispatcher = Dispatcher(self.cfg, engine, self.committer, self.status,

@@ -29,12 +29,15 @@ class GroupCommitter:
     """Batches concurrent writes into shared transactions."""
 
     def __init__(self, engine: Engine, ctx: WriteContext, *, max_queue: int, max_batch: int,
-                 clock: Callable[[], datetime], on_commit: Callable[[], None]):
+                 clock: Callable[[], datetime], on_commit: Callable[[], None],
+                 access_flush_s: float = 1.0):
         self.engine = engine
         self.ctx = ctx
         self.max_batch = max_batch
         self.clock = clock
         self.on_commit = on_commit
+        #: How long read counts wait for a write to ride along with before committing alone.
+        self.access_flush_s = access_flush_s
         self._queue: asyncio.Queue[tuple[WriteUnit, asyncio.Future[Any]]] = asyncio.Queue(max_queue)
         # Clients wait on this thread: it goes first at the write gate.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="memoryd-writer",
@@ -77,22 +80,34 @@ class GroupCommitter:
         return self._queue.qsize()
 
     async def _next_batch(self) -> list[tuple[WriteUnit, asyncio.Future[Any]]]:
-        if self._queue.empty() and self._access:
-            return []  # flush access counts alone
-        get = asyncio.ensure_future(self._queue.get())
-        wake = asyncio.ensure_future(self._access_event.wait())
-        done, _ = await asyncio.wait({get, wake}, return_when=asyncio.FIRST_COMPLETED)
-        wake.cancel()
-        if get not in done:
+        if not self._access:
+            get = asyncio.ensure_future(self._queue.get())
+            wake = asyncio.ensure_future(self._access_event.wait())
+            done, _ = await asyncio.wait({get, wake}, return_when=asyncio.FIRST_COMPLETED)
+            wake.cancel()
+            if get in done:
+                return self._fill([get.result()])
             get.cancel()
             try:
                 # The get may have completed while being cancelled: keep its unit.
-                first = await get
+                return self._fill([await get])
             except asyncio.CancelledError:
-                return []
-        else:
-            first = get.result()
-        batch = [first]
+                pass
+        # Read counts are pending and no write is: let them gather, and ride along with the
+        # next write if one comes, instead of a transaction (and a sync) per search.
+        get = asyncio.ensure_future(self._queue.get())
+        done, _ = await asyncio.wait({get}, timeout=self.access_flush_s)
+        if get in done:
+            return self._fill([get.result()])
+        get.cancel()
+        try:
+            return self._fill([await get])  # arrived while being cancelled
+        except asyncio.CancelledError:
+            return []  # flush the read counts alone
+
+    def _fill(self, batch: list[tuple[WriteUnit, asyncio.Future[Any]]]
+              ) -> list[tuple[WriteUnit, asyncio.Future[Any]]]:
+        """Add every queued unit to ``batch``, up to max_batch."""
         while len(batch) < self.max_batch and not self._queue.empty():
             batch.append(self._queue.get_nowait())
         return batch
@@ -141,4 +156,9 @@ class GroupCommitter:
             await asyncio.sleep(0.01)
         if self._task is not None:
             self._task.cancel()
+        if self._access:
+            # Read counts still gathering: commit them before the store closes.
+            access, self._access = self._access, {}
+            await loop.run_in_executor(self._executor, commit_units, self.engine, [], self.ctx,
+                                       self.clock(), access)
         self._executor.shutdown(wait=True)

@@ -55,6 +55,8 @@ class Dispatcher:
         self.status_provider = status
         self.embedder = embedder
         self.readers = ThreadPoolExecutor(cfg.read_threads, thread_name_prefix="memoryd-read")
+        #: Query embeddings and vector legs, started as a search begins, awaited after its lexical leg.
+        self.vector_side = ThreadPoolExecutor(cfg.read_threads, thread_name_prefix="memoryd-vector")
         self.agent_methods: dict[str, Handler] = {
             "memory.write": self.memory_write,
             "memory.write_many": self.memory_write_many,
@@ -136,14 +138,19 @@ class Dispatcher:
         missing = missing_key_notice(req.reader, req.scope)
         if missing:
             notices.append(missing)
-        query_vec = None
-        reason = None
+        now = utcnow()
+        query_vec: search.VectorSource = None
         if req.mode != "lexical":
-            query_vec = self.embedder.encode_query(req.query)
-            if query_vec is None:
-                reason = self.embedder.query_unavailable_reason() or "the embedder is not ready"
+            # The query's embedding and the vector leg run on another thread and connection
+            # while this one runs the lexical leg (SQLite releases the GIL as it searches).
+            pending = self.vector_side.submit(self._vector_leg, req, now)
+            query_vec = pending.result
+
+        def reason() -> str:
+            return self.embedder.query_unavailable_reason() or "the embedder is not ready"
+
         with read_only(self.engine) as conn:
-            outcome = search.run(conn, req, utcnow(), query_vec, reason,
+            outcome = search.run(conn, req, now, query_vec, reason,
                                  lazy_vec=lambda: self.embedder.encode_query(req.query))
         results = []
         for row in outcome.results:
@@ -154,6 +161,13 @@ class Dispatcher:
             results.append(public)
         return {"results": results, "mode_used": outcome.mode_used,
                 "notices": notices + outcome.notices}
+
+    def _vector_leg(self, req: search.SearchRequest, now: datetime) -> search.VectorLeg:
+        vec = self.embedder.encode_query(req.query)
+        if vec is None:
+            return search.VectorLeg(None)
+        with read_only(self.engine) as conn:
+            return search.vector_leg(conn, req, now, vec)
 
     async def memory_supersede(self, params: dict[str, Any], peer: Peer) -> Any:
         old_id, new_id, reader, reason, write_params = validation.parse_supersede(params)
@@ -260,3 +274,4 @@ class Dispatcher:
 
     def close(self) -> None:
         self.readers.shutdown(wait=False, cancel_futures=True)
+        self.vector_side.shutdown(wait=False, cancel_futures=True)

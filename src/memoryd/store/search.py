@@ -37,6 +37,11 @@ RRF_K = 1  # measured on tests/data/recall.json: c=60 lost to the vector leg, c=
 IMPORTANCE_WEIGHT = 0.2
 RECENCY_WEIGHT = 0.1
 RECENCY_HALF_LIFE_DAYS = 30.0
+#: The lexical leg checks the best max(limit x LEX_OVERFETCH, LEX_MIN_FETCH) full-text matches
+#: against the filters first, and fetches more only when too few pass.
+LEX_OVERFETCH = 10
+LEX_MIN_FETCH = 200
+LEX_MAX_FETCH = 12_800
 
 fts = table("memories_fts", literal_column("rowid"))
 
@@ -116,13 +121,44 @@ def row_filter(req: SearchRequest, now: str) -> ColumnElement[Any]:
 
 
 def lexical(conn: Connection, req: SearchRequest, now: str, limit: int) -> list[dict[str, Any]]:
-    """Rows matching the query by FTS5, best BM25 first, with ``bm25`` (higher is better)."""
+    """Rows matching the query by FTS5, best BM25 first, with ``bm25`` (higher is better).
+
+    FTS5 ranks its matches alone first (the cost of the bare MATCH), and the
+    best ``fetch`` of them are checked against scope, status and time with one
+    lookup by key. When fewer than ``limit`` pass, it fetches more (eight
+    times as many each round) until enough pass or the matches run out; past
+    LEX_MAX_FETCH it runs the exhaustive join instead. Never a fixed cut
+    filtered in silence.
+    """
+    match = fts_match(req.query)
+    if match is None:
+        return []
+    fetch = max(limit * LEX_OVERFETCH, LEX_MIN_FETCH)
+    ranked = text("SELECT rowid, bm25(memories_fts) FROM memories_fts WHERE memories_fts MATCH :match "
+                  "ORDER BY bm25(memories_fts) LIMIT :n")
+    while fetch <= LEX_MAX_FETCH:
+        hits = conn.execute(ranked, {"match": match, "n": fetch}).all()
+        rank = {int(seq): float(r) for seq, r in hits}
+        found: list[dict[str, Any]] = []
+        for chunk in _chunked(list(rank), 2000):
+            found.extend(dict(r._mapping) for r in conn.execute(
+                select(memories).where(memories.c.seq.in_(chunk), row_filter(req, now))))
+        for row in found:
+            row["bm25"] = -rank[row["seq"]]
+        found.sort(key=lambda r: -r["bm25"])
+        if len(found) >= limit or len(hits) < fetch:
+            return found[:limit]
+        fetch *= 8
     stmt = lexical_statement(req, now, limit)
-    return [] if stmt is None else [dict(r._mapping) for r in conn.execute(stmt)]
+    return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def _chunked(items: list[int], size: int) -> list[list[int]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
 
 
 def lexical_statement(req: SearchRequest, now: str, limit: int) -> Any:
-    """The lexical leg's SQL (None when the query has no words)."""
+    """The exhaustive lexical leg's SQL: every match joined to its row (None when the query has no words)."""
     match = fts_match(req.query)
     if match is None:
         return None
@@ -218,11 +254,41 @@ def pending_embeds(conn: Connection) -> int:
     ).scalar_one())
 
 
-def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: np.ndarray | None,
-        vector_off_reason: str | None,
+@dataclass
+class VectorLeg:
+    """A vector leg run ahead, on its own connection: the query vector and, if it ran, its rows."""
+
+    vec: np.ndarray | None
+    rows: list[dict[str, Any]] | None = None
+    partial: bool = False
+
+
+def leg_limit(req: SearchRequest) -> int:
+    """Candidates each leg brings to the fusion."""
+    return max(req.k * 2, 20)
+
+
+def vector_leg(conn: Connection, req: SearchRequest, now: datetime, vec: np.ndarray | None) -> VectorLeg:
+    """The vector leg alone, for running beside the lexical leg on another connection."""
+    if vec is None or req.mode == "lexical":
+        return VectorLeg(vec)
+    rows, partial = vector(conn, req, to_rfc3339(now), vec, leg_limit(req))
+    return VectorLeg(vec, rows, partial)
+
+
+VectorSource = np.ndarray | Callable[[], "np.ndarray | VectorLeg | None"] | None
+Reason = str | Callable[[], "str | None"] | None
+
+
+def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSource,
+        vector_off_reason: Reason,
         lazy_vec: Callable[[], np.ndarray | None] | None = None) -> SearchOutcome:
     """Answer one search; ``query_vec`` is None when the vector leg cannot run.
 
+    ``query_vec`` may be a callable that waits for work started elsewhere: a
+    query embedding, or a whole VectorLeg run on another connection. The
+    lexical leg runs first, meanwhile.
+    ``vector_off_reason`` (or a callable giving it) says why there is no vector.
     ``lazy_vec`` gives the query vector on demand, for a lexical search that
     found fewer than k rows and fills from the vector leg.
     """
@@ -231,17 +297,27 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: np.ndarr
     notices: list[str] = []
     if fts_match(req.query) is None:
         notices.append("the query has no searchable words for the lexical leg")
-    want = max(req.k * 2, 20)
-    use_vector = req.mode in ("hybrid", "vector") and query_vec is not None
+    want = leg_limit(req)
+    lex_rows = lexical(conn, req, now_s, want) if req.mode in ("hybrid", "lexical") else None
+    got = query_vec() if callable(query_vec) else query_vec
+    ahead = got if isinstance(got, VectorLeg) else None
+    qvec: np.ndarray | None = got.vec if isinstance(got, VectorLeg) else got
+    use_vector = req.mode in ("hybrid", "vector") and qvec is not None
     use_lexical = req.mode in ("hybrid", "lexical") or not use_vector
-    if req.mode != "lexical" and query_vec is None:
-        notices.append(f"vector leg skipped ({vector_off_reason}); results are lexical only")
+    if req.mode != "lexical" and qvec is None:
+        reason = vector_off_reason() if callable(vector_off_reason) else vector_off_reason
+        notices.append(f"vector leg skipped ({reason}); results are lexical only")
+    if use_lexical and lex_rows is None:
+        lex_rows = lexical(conn, req, now_s, want)
+    lex_rows = lex_rows or []
 
-    lex_rows = lexical(conn, req, now_s, want) if use_lexical else []
     vec_rows: list[dict[str, Any]] = []
     if use_vector:
-        assert query_vec is not None
-        vec_rows, partial = vector(conn, req, now_s, query_vec, want)
+        assert qvec is not None
+        if ahead is not None and ahead.rows is not None:
+            vec_rows, partial = ahead.rows, ahead.partial
+        else:
+            vec_rows, partial = vector(conn, req, now_s, qvec, want)
         if partial:
             notices.append(
                 f"vector leg partial: fewer than {want} rows passed the time filters among the "
@@ -265,7 +341,7 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: np.ndarr
         mode_used = "lexical"
         rows = _single(lex_rows, req, lambda r: r["bm25"], "lexical")
         if len(rows) < req.k and req.mode == "lexical" and fts_match(req.query) is not None:
-            fill_vec = query_vec if query_vec is not None else (lazy_vec() if lazy_vec else None)
+            fill_vec = qvec if qvec is not None else (lazy_vec() if lazy_vec else None)
             if fill_vec is not None:
                 rows += _fill(rows, vector(conn, req, now_s, fill_vec, want)[0], req, "vector", notices)
     return SearchOutcome(results=rows, mode_used=mode_used, notices=notices)

@@ -58,22 +58,26 @@ def upsert(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
 def knn(conn: Connection, query: np.ndarray, *, k: int, scope_keys: Sequence[str],
         statuses: Sequence[str], kind: str | None) -> list[tuple[int, float]]:
     """(memory_seq, cosine distance) of the ``k`` nearest vectors that pass the
-    scope, status and kind filters, which vec0 applies inside the scan."""
+    scope, status and kind filters, nearest first.
+
+    ``scope_key`` is the index's partition key (migration 0005): each visible
+    (scope, owner) pair is searched on its own partition, with status and kind
+    applied inside the scan, and the per-partition top-k lists are merged.
+    """
     if not scope_keys or k <= 0:
         return []
-    sql = (
-        "SELECT memory_seq, distance FROM memory_vec WHERE embedding MATCH :q AND k = :k "
-        "AND scope_key IN :keys AND status IN :statuses"
-    )
-    params: dict[str, Any] = {"q": to_blob(query), "k": min(k, MAX_KNN),
-                              "keys": list(scope_keys), "statuses": list(statuses)}
+    sql = ("SELECT memory_seq, distance FROM memory_vec WHERE embedding MATCH :q AND k = :k "
+           "AND scope_key = :key AND status IN :statuses")
+    params: dict[str, Any] = {"q": to_blob(query), "k": min(k, MAX_KNN), "statuses": list(statuses)}
     if kind:
         sql += " AND kind = :kind"
         params["kind"] = kind
-    stmt = text(sql + " ORDER BY distance").bindparams(
-        bindparam("keys", expanding=True), bindparam("statuses", expanding=True)
-    )
-    return [(int(r[0]), float(r[1])) for r in conn.execute(stmt, params)]
+    stmt = text(sql).bindparams(bindparam("statuses", expanding=True))
+    hits: list[tuple[int, float]] = []
+    for key in dict.fromkeys(scope_keys):
+        hits.extend((int(r[0]), float(r[1])) for r in conn.execute(stmt, {**params, "key": key}))
+    hits.sort(key=lambda h: h[1])
+    return hits[: params["k"]]
 
 
 def count_unembedded(conn: Connection, where: Any = None) -> int:
