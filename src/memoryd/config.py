@@ -74,7 +74,7 @@ class Config:
     backoff_max_s: float = _key(600.0, "Longest retry delay.")
     done_retention_s: float = _key(86400.0, "How long finished jobs are kept before pruning.")
     idempotency_ttl_s: float = _key(172800.0, "How long idempotency keys are remembered (at least 24 h).")
-    embed_batch_size: int = _key(256, "Memories claimed per embed-pass batch (encoded sorted by length).")
+    embed_batch_size: int = _key(1024, "Memories claimed per embed-pass batch (encoded sorted by length).")
     embed_encode_batch: int = _key(32, "Texts per model forward pass (small: less padding).")
     classify_margin: float = _key(0.05, "The embedding classifier decides alone above this lead over #2.")
     classify_llm: bool = _key(False, "Ask the LLM when the classifier's margin is low (for a capable model).")

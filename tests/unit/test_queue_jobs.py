@@ -399,3 +399,35 @@ def test_backoff_doubles_per_attempt_until_the_cap() -> None:
             return 1.0  # the upper edge of the jitter
 
     assert [backoff_s(n, 2.0, 20.0, Top()) for n in range(1, 6)] == [2.0, 4.0, 8.0, 16.0, 20.0]
+
+
+# -- batched completion and enqueue (the embed pass) -------------------------------------
+
+
+def test_complete_many_completes_what_we_hold_and_names_the_stale(engine: Engine) -> None:
+    for target in ("m1", "m2", "m3"):
+        enqueue(engine, target)
+    batch = claim(engine, owner="w1", now=T0)
+    assert len(batch) == 3
+    # m2's lease expires and another worker takes it: our completion of m2 is stale.
+    [taken] = [j for j in batch if j.target == "m2"]
+    with engine.begin() as conn:
+        conn.execute(jobs.update().where(jobs.c.id == taken.id).values(lease_until=T0))
+    [fresh] = claim(engine, owner="w2", now=T0 + 1)
+    assert fresh.id == taken.id
+    with engine.begin() as conn:
+        held = jobq.complete_many(conn, batch, now=T0 + 2)
+    assert held == {j.id for j in batch if j.target != "m2"}
+    assert only_job(engine, "m1").state == "done" and only_job(engine, "m3").state == "done"
+    row = only_job(engine, "m2")
+    assert (row.state, row.lease_owner) == ("leased", "w2")  # the new holder's lease is untouched
+
+
+def test_enqueue_many_keeps_live_jobs_and_adds_the_rest(engine: Engine) -> None:
+    enqueue(engine, "m1", pass_name="classify")
+    with engine.begin() as conn:
+        jobq.enqueue_many(conn, [("classify", "m1"), ("classify", "m2"), ("reflect", "m1")], now=T0)
+        jobq.enqueue_many(conn, [("classify", "m2")], now=T0)  # again: nothing new
+    with read_only(engine) as conn:
+        pairs = sorted((r[0], r[1]) for r in conn.execute(select(jobs.c["pass"], jobs.c.target)))
+    assert pairs == [("classify", "m1"), ("classify", "m2"), ("reflect", "m1")]

@@ -14,7 +14,6 @@ from typing import Any, ClassVar
 from sqlalchemy import select
 
 from memoryd.clock import rfc3339_from_epoch
-from memoryd.errors import StaleLease
 from memoryd.models.embedder import DIM
 from memoryd.passes.base import Pass, PassContext, PassResult
 from memoryd.queue import jobs as jobq
@@ -68,11 +67,11 @@ class EmbedPass(Pass):
                            memories.c.status, memories.c.kind).where(memories.c.id.in_(ids))
                 )
             }
+            held = jobq.complete_many(conn, batch, now=now)
             out = []
+            follow_ups: list[tuple[str, str]] = []
             for job in batch:
-                try:
-                    jobq.complete(conn, job, now=now)
-                except StaleLease:
+                if job.id not in held:
                     result.stale += 1
                     continue
                 encoded_pair = by_id.get(job.target)
@@ -81,18 +80,15 @@ class EmbedPass(Pass):
                         or row.content_hash != encoded_pair[0]):
                     result.skipped += 1
                     continue
-                # Chain: a memory with a vector can be consolidated (and reflected on).
-                for follow in FOLLOW_UPS:
-                    if follow == "classify" and row.kind != "auto":
-                        continue
-                    jobq.enqueue(conn, follow, job.target, now=now,
-                                 max_attempts=ctx.config.job_max_attempts)
+                follow_ups += [(follow, job.target) for follow in FOLLOW_UPS
+                               if follow != "classify" or row.kind == "auto"]
                 out.append({
                     "memory_seq": row.seq, "model": ctx.embedder.name, "dim": DIM,
                     "vector": vectors.to_blob(encoded_pair[1]), "content_hash": row.content_hash,
                     "embedded_at": stamp,
                 })
                 result.processed += 1
+            jobq.enqueue_many(conn, follow_ups, now=now, max_attempts=ctx.config.job_max_attempts)
             vectors.upsert(conn, out)
         return result
 

@@ -145,6 +145,43 @@ def complete(conn: Connection, job: Job, *, now: float) -> None:
         raise StaleLease(f"job {job.id} ({job.pass_name}:{job.target}) is no longer leased by us")
 
 
+def complete_many(conn: Connection, batch: Sequence[Job], *, now: float) -> set[int]:
+    """Mark the jobs this worker still holds done, in one statement; return their ids.
+
+    The jobs not returned were no longer leased by us (stale): the caller
+    writes nothing for them, as it would on :func:`complete`'s StaleLease.
+    """
+    held: set[int] = set()
+    by_lease: dict[tuple[str, str], list[int]] = {}
+    for job in batch:
+        by_lease.setdefault((job.lease_owner, job.lease_token), []).append(job.id)
+    for (owner, token), ids in by_lease.items():
+        rows = conn.execute(
+            update(jobs)
+            .where(jobs.c.id.in_(ids), jobs.c.state == "leased", jobs.c.lease_owner == owner,
+                   jobs.c.lease_token == token)
+            .values(state="done", finished_at=now, updated_at=now, lease_owner=None,
+                    lease_token=None, lease_until=None, last_error=None)
+            .returning(jobs.c.id)
+        )
+        held.update(int(r[0]) for r in rows)
+    return held
+
+
+def enqueue_many(conn: Connection, pairs: Sequence[tuple[str, str]], *, now: float,
+                 max_attempts: int = 5) -> None:
+    """:func:`enqueue` for many (pass, target) pairs in one executemany; live jobs are kept."""
+    if not pairs:
+        return
+    mod: Any = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = mod.insert(jobs).on_conflict_do_nothing()
+    conn.execute(stmt, [
+        {"pass": p, "target": t, "payload": {}, "state": "ready", "priority": 0, "run_after": now,
+         "attempts": 0, "max_attempts": max_attempts, "created_at": now, "updated_at": now}
+        for p, t in pairs
+    ])
+
+
 def fail(conn: Connection, job: Job, error: str, *, now: float, backoff_base_s: float = 2.0,
          backoff_max_s: float = 600.0) -> str:
     """Record a failed attempt: back to ready after a backoff, or dead when spent.

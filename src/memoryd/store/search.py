@@ -45,6 +45,11 @@ LEX_MAX_FETCH = 12_800
 
 fts = table("memories_fts", literal_column("rowid"))
 
+#: What the legs fetch of each candidate: enough to rank and fuse. The rows that make
+#: the answer are read whole once, at the end (hydrate), not every candidate of both legs.
+CANDIDATE = (memories.c.seq, memories.c.id, memories.c.scope, memories.c.owner,
+             memories.c.importance, memories.c.recorded_at)
+
 
 @dataclass
 class SearchRequest:
@@ -142,7 +147,7 @@ def lexical(conn: Connection, req: SearchRequest, now: str, limit: int) -> list[
         found: list[dict[str, Any]] = []
         for chunk in _chunked(list(rank), 2000):
             found.extend(dict(r._mapping) for r in conn.execute(
-                select(memories).where(memories.c.seq.in_(chunk), row_filter(req, now))))
+                select(*CANDIDATE).where(memories.c.seq.in_(chunk), row_filter(req, now))))
         for row in found:
             row["bm25"] = -rank[row["seq"]]
         found.sort(key=lambda r: -r["bm25"])
@@ -174,7 +179,7 @@ def lexical_statement(req: SearchRequest, now: str, limit: int) -> Any:
         .prefix_with("MATERIALIZED")
     )
     stmt = (
-        select(memories, (-hits.c.rank).label("bm25"))
+        select(*CANDIDATE, (-hits.c.rank).label("bm25"))
         .select_from(hits.join(memories, memories.c.seq == hits.c.seq))
         .where(row_filter(req, now))
         .order_by(hits.c.rank)
@@ -200,7 +205,7 @@ def vector(conn: Connection, req: SearchRequest, now: str, query_vec: np.ndarray
             return [], False
         distance = dict(hits)
         rows = conn.execute(
-            select(memories).where(memories.c.seq.in_(list(distance)), row_filter(req, now))
+            select(*CANDIDATE).where(memories.c.seq.in_(list(distance)), row_filter(req, now))
         ).all()
         found = sorted(({**r._mapping, "distance": distance[r.seq]} for r in rows),
                        key=lambda r: r["distance"])
@@ -344,7 +349,16 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
             fill_vec = qvec if qvec is not None else (lazy_vec() if lazy_vec else None)
             if fill_vec is not None:
                 rows += _fill(rows, vector(conn, req, now_s, fill_vec, want)[0], req, "vector", notices)
-    return SearchOutcome(results=rows, mode_used=mode_used, notices=notices)
+    return SearchOutcome(results=hydrate(conn, rows), mode_used=mode_used, notices=notices)
+
+
+def hydrate(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The answer's rows with every column, read in the search's own snapshot."""
+    if not rows:
+        return rows
+    full = {r.seq: r._mapping for r in conn.execute(
+        select(memories).where(memories.c.seq.in_([row["seq"] for row in rows])))}
+    return [{**full[row["seq"]], **row} for row in rows if row["seq"] in full]
 
 
 def _fill(rows: list[dict[str, Any]], other: list[dict[str, Any]], req: SearchRequest, leg: str,
