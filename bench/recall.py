@@ -7,11 +7,13 @@ mode over the socket, and prints recall@5, recall@10 and MRR@10.
 
 Then it prototypes ranking changes *outside* the daemon: it fetches each leg's
 ranked list over the socket (lexical and vector mode, k=100, with the stored
-importance and recorded_at of every row) and re-fuses them here. The
-baseline re-fusion reproduces the daemon's hybrid (RRF k=60, 20 rows per leg,
-importance and recency boosts) and is checked against it, so the variants
-(RRF constant, per-leg depth, leg weights, stop-words removed from the
-OR-ed lexical query, score fusion) are measured on the same footing.
+importance and recorded_at of every row; rows a leg filled from the other
+leg dropped) and re-fuses them here. The baseline re-fusion reproduces the
+daemon's hybrid (memoryd.store.search's RRF_K and LEG_WEIGHTS, 20 rows per
+leg, importance and recency boosts) and is checked against it, so the
+variants (the RRF constant × vector weight grid the shipped values were
+chosen from, per-leg depth, boosts, score fusion) are measured on the same
+footing.
 
     .venv/bin/python bench/recall.py            # full run (about a minute)
     .venv/bin/python bench/recall.py --quick    # the three modes only
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import _harness as h
+from memoryd.store.search import LEG_WEIGHTS, RRF_K
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "recall.json"
 MODES = ("lexical", "vector", "hybrid")
@@ -201,12 +204,20 @@ def sweep(sets: dict[str, list[dict[str, Any]]], answers: dict[str, list[set[str
     """Re-fuse each leg's deep list offline under different ranking choices, on both question sets."""
     ref = datetime.now(UTC)
     legs: dict[str, dict[str, list[list[dict[str, Any]]]]] = {}
+
+    def own(rows: list[dict[str, Any]], leg: str) -> list[dict[str, Any]]:
+        # A single-leg search shorter than k is filled from the other leg; the fusion sees
+        # only the leg's own rows.
+        return [r for r in rows if f"{leg}_rank" in r["explain"]]
+
     for name, qs in sets.items():
         legs[name] = {
-            "lex": [ask(q["question"], "lexical", DEEP, explain=True)["results"] for q in qs],
-            "vec": [ask(q["question"], "vector", DEEP, explain=True)["results"] for q in qs],
-            "lex_nostop": [ask(strip_stop_words(q["question"]), "lexical", DEEP, explain=True)["results"]
-                           for q in qs],
+            "lex": [own(ask(q["question"], "lexical", DEEP, explain=True)["results"], "lexical")
+                    for q in qs],
+            "vec": [own(ask(q["question"], "vector", DEEP, explain=True)["results"], "vector")
+                    for q in qs],
+            "lex_nostop": [own(ask(strip_stop_words(q["question"]), "lexical", DEEP,
+                                   explain=True)["results"], "lexical") for q in qs],
         }
     id_to_row = {r["id"]: r for per_set in legs.values() for rows in per_set.values()
                  for result in rows for r in result}
@@ -214,42 +225,34 @@ def sweep(sets: dict[str, list[dict[str, Any]]], answers: dict[str, list[set[str
     def labels_of(ids: list[str]) -> list[str]:
         return labels([id_to_row[i] for i in ids])
 
+    def shipped(lx: list[dict[str, Any]], vc: list[dict[str, Any]]) -> list[str]:
+        return rrf(lx, vc, c=RRF_K, w_lex=LEG_WEIGHTS["lexical"], w_vec=LEG_WEIGHTS["vector"], ref=ref)
+
     Fuse = Callable[[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]], list[str]]
     variants: dict[str, Fuse] = {
-        "as shipped: RRF c=60, 20/leg, boosts": lambda lx, vc, ln: rrf(lx, vc, ref=ref),
+        f"as shipped: RRF c={RRF_K}, vector weight {LEG_WEIGHTS['vector']}, 20/leg, boosts":
+            lambda lx, vc, ln: shipped(lx, vc),
         "vector leg only (reference)": lambda lx, vc, ln: [r["id"] for r in vc[:K]],
         "lexical leg only (reference)": lambda lx, vc, ln: [r["id"] for r in lx[:K]],
-        "lexical, stop-words removed (reference)": lambda lx, vc, ln: [r["id"] for r in ln[:K]],
-        "RRF c=60, no boosts": lambda lx, vc, ln: rrf(lx, vc, use_boosts=False, ref=ref),
+        "shipped, no boosts": lambda lx, vc, ln: rrf(lx, vc, c=RRF_K, w_vec=LEG_WEIGHTS["vector"],
+                                                     use_boosts=False, ref=ref),
+        "shipped, 100/leg": lambda lx, vc, ln: rrf(lx, vc, c=RRF_K, w_vec=LEG_WEIGHTS["vector"],
+                                                   depth=100, ref=ref),
     }
-    for c in (1, 5, 10, 20):
-        variants[f"RRF c={c}"] = lambda lx, vc, ln, c=c: rrf(lx, vc, c=c, ref=ref)
-    for depth in (10, 50, 100):
-        variants[f"RRF c=60, {depth}/leg"] = lambda lx, vc, ln, d=depth: rrf(lx, vc, depth=d, ref=ref)
-    variants["RRF c=10, 100/leg"] = lambda lx, vc, ln: rrf(lx, vc, c=10, depth=100, ref=ref)
-    for w in (1.5, 2.0):
-        variants[f"RRF c=60, vector weight {w}"] = lambda lx, vc, ln, w=w: rrf(lx, vc, w_vec=w, ref=ref)
-    for c in (60, 20, 10, 5, 1):
-        variants[f"stop-words removed, RRF c={c}"] = lambda lx, vc, ln, c=c: rrf(ln, vc, c=c, ref=ref)
-    variants["stop-words removed, RRF c=5, 100/leg"] = (
-        lambda lx, vc, ln: rrf(ln, vc, c=5, depth=100, ref=ref))
-    variants["RRF c=5, 100/leg"] = lambda lx, vc, ln: rrf(lx, vc, c=5, depth=100, ref=ref)
-    for w in (1.5, 2.0):
-        variants[f"stop-words removed, vector weight {w}"] = (
-            lambda lx, vc, ln, w=w: rrf(ln, vc, w_vec=w, ref=ref))
-    variants["stop-words removed, vector weight 1.5, 100/leg"] = (
-        lambda lx, vc, ln: rrf(ln, vc, w_vec=1.5, depth=100, ref=ref))
+    # The grid the shipped constants were chosen from (store/search.py's docstring).
+    for c in (1, 2, 5, 10, 20, 60):
+        for w in (1.0, 1.25, 1.5, 2.0, 3.0):
+            variants[f"RRF c={c}, vector weight {w}"] = (
+                lambda lx, vc, ln, c=c, w=w: rrf(lx, vc, c=c, w_vec=w, ref=ref))
     for alpha in (0.7, 0.8, 0.9):
         variants[f"score fusion α={alpha} (cosine vs BM25/max)"] = (
             lambda lx, vc, ln, a=alpha: score_fusion(lx, vc, alpha=a))
-        variants[f"stop-words removed, score fusion α={alpha}"] = (
-            lambda lx, vc, ln, a=alpha: score_fusion(ln, vc, alpha=a))
 
     # Sanity: the replica of the daemon's fusion must rank like the daemon.
     agreement = {}
     for name in sets:
         lg = legs[name]
-        replica = [labels_of(rrf(lx, vc, ref=ref)) for lx, vc in zip(lg["lex"], lg["vec"], strict=True)]
+        replica = [labels_of(shipped(lx, vc)) for lx, vc in zip(lg["lex"], lg["vec"], strict=True)]
         same = sum(a == b for a, b in zip(replica, daemon_hybrid[name], strict=True))
         agreement[name] = same / len(replica)
     print("\noffline replica of the daemon's hybrid ranks identically on "

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from memoryd.service.client import ClientError
-from memoryd.store.search import RRF_K
+from memoryd.store.search import LEG_WEIGHTS, RRF_K
 from tests.search._daemon import stop_cleanly
 
 MODES = ("lexical", "vector", "hybrid")
@@ -171,7 +171,7 @@ def test_hybrid_explain_gives_each_legs_rank_and_the_rrf(store: Any) -> None:
     for r in result["results"]:
         ex = r["explain"]
         assert "rrf" in ex and ("lexical_rank" in ex or "vector_rank" in ex), ex
-        expected = sum(1.0 / (RRF_K + ex[f"{leg}_rank"]) for leg in ("lexical", "vector")
+        expected = sum(LEG_WEIGHTS[leg] / (RRF_K + ex[f"{leg}_rank"]) for leg in ("lexical", "vector")
                        if f"{leg}_rank" in ex)
         assert ex["rrf"] == pytest.approx(expected, abs=1e-5)
         assert r["score"] == pytest.approx(ex["rrf"] * ex["importance_boost"] * ex["recency_boost"],
