@@ -22,7 +22,8 @@ from memoryd.store.schema import memories, metadata
 from .helpers import NOW, build_memory
 
 #: What PRAGMA <name> reads back for each value SQLITE_PRAGMAS sets.
-EXPECTED_READBACK = {"journal_mode": "wal", "synchronous": 2, "foreign_keys": 1, "secure_delete": 1}
+EXPECTED_READBACK = {"journal_mode": "wal", "synchronous": 2, "foreign_keys": 1, "secure_delete": 1,
+                     "mmap_size": 1 << 30}
 
 
 @contextmanager

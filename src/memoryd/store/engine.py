@@ -30,6 +30,10 @@ SQLITE_PRAGMAS: dict[str, Any] = {
     "synchronous": 2,  # FULL: an acknowledged write survives power loss
     "foreign_keys": 1,
     "secure_delete": 1,  # erased text is overwritten, not left in free pages
+    # Read pages through a memory map instead of copying each one out of the OS cache:
+    # a nearest-neighbour scan reads every vector of a partition (bench/search.py at 100k
+    # memories: 25.6 -> 17.1 ms per KNN). Mapped pages count as shared, reclaimable memory.
+    "mmap_size": 1 << 30,
 }
 
 BEGIN_OPTION = "memoryd_begin"
