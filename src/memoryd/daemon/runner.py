@@ -100,7 +100,7 @@ class PassRunner:
     def _loop(self) -> None:
         while not self._stopping.is_set():
             woken = self._wake.wait(timeout=self._sleep_s())
-            if woken and self.ctx.config.runner_gather_s > 0:
+            if woken:
                 # Woken by a commit: let the rest of a burst of writes land first, so a
                 # stream of writes costs a cycle per gather window, not one per write.
                 self._stopping.wait(self.ctx.config.runner_gather_s)
@@ -114,7 +114,7 @@ class PassRunner:
                     self._stopping.wait(1.0)
                 if not progressed:
                     break
-                if self._short and self.ctx.config.runner_gather_s > 0:
+                if self._short:
                     # Every batch came up short: the work is arriving a little at a time
                     # (a stream of writes). Let it gather into fuller batches instead of
                     # taking the write lock for every job as it lands.

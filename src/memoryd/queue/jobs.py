@@ -42,6 +42,15 @@ class Job:
     lease_token: str
 
 
+def _insert_unless_live(dialect: str) -> Any:
+    """INSERT into jobs that does nothing where a live job holds (pass, target) (uq_jobs_live)."""
+    if dialect == "sqlite":
+        return sqlite.insert(jobs).on_conflict_do_nothing()
+    if dialect == "postgresql":
+        return postgresql.insert(jobs).on_conflict_do_nothing()
+    return insert(jobs)  # pragma: no cover
+
+
 def enqueue(conn: Connection, pass_name: str, target: str, *, now: float,
             payload: dict[str, Any] | None = None, priority: int = 0, max_attempts: int = 5,
             run_after: float | None = None) -> bool:
@@ -51,36 +60,25 @@ def enqueue(conn: Connection, pass_name: str, target: str, *, now: float,
         "priority": priority, "run_after": now if run_after is None else run_after,
         "attempts": 0, "max_attempts": max_attempts, "created_at": now, "updated_at": now,
     }
-    dialect = conn.dialect.name
-    stmt: Any
-    if dialect == "sqlite":
-        stmt = sqlite.insert(jobs).values(**values).on_conflict_do_nothing()
-    elif dialect == "postgresql":
-        stmt = postgresql.insert(jobs).values(**values).on_conflict_do_nothing()
-    else:  # pragma: no cover
-        stmt = insert(jobs).values(**values)
-    return bool(conn.execute(stmt).rowcount)
+    return bool(conn.execute(_insert_unless_live(conn.dialect.name).values(**values)).rowcount)
 
 
-def enqueue_fresh(conn: Connection, pass_names: Sequence[str], targets: Sequence[str], *, now: float,
-                  max_attempts: int = 5) -> int:
-    """Add one job per (pass, target) for targets created in this transaction, in one statement.
+def enqueue_many(conn: Connection, pairs: Sequence[tuple[str, str]], *, now: float,
+                 max_attempts: int = 5) -> None:
+    """:func:`enqueue` for many (pass, target) pairs, in one driver call; live jobs are kept.
 
-    Only for brand-new targets (new memory ids), which cannot have a live job
-    yet; anything else goes through :func:`enqueue`, which dedups.
+    The group committer's and the embed pass's path: the statement is compiled
+    once (store/prepared.py) instead of built per job.
     """
-    rows = [
-        {"pass_name": p, "target": t, "payload": "{}", "now": now, "max_attempts": max_attempts}
-        for t in targets for p in pass_names
-    ]
-    stmt = prepare(conn, "enqueue-fresh", lambda: insert(jobs).values(
+    dialect = conn.dialect.name
+    stmt = prepare(conn, "enqueue-many", lambda: _insert_unless_live(dialect).values(
         {pass_col: bindparam("pass_name"), jobs.c.target: bindparam("target"),
-         jobs.c.payload: bindparam("payload"), jobs.c.state: "ready", jobs.c.priority: 0,
+         jobs.c.payload: "{}", jobs.c.state: "ready", jobs.c.priority: 0,
          jobs.c.run_after: bindparam("now"), jobs.c.attempts: 0,
          jobs.c.max_attempts: bindparam("max_attempts"), jobs.c.created_at: bindparam("now"),
          jobs.c.updated_at: bindparam("now")}))
-    run_many(conn, stmt, rows)
-    return len(rows)
+    run_many(conn, stmt, [{"pass_name": p, "target": t, "now": now, "max_attempts": max_attempts}
+                          for p, t in pairs])
 
 
 def claim(conn: Connection, pass_name: str, *, owner: str, now: float, lease_s: float,
@@ -166,20 +164,6 @@ def complete_many(conn: Connection, batch: Sequence[Job], *, now: float) -> set[
         )
         held.update(int(r[0]) for r in rows)
     return held
-
-
-def enqueue_many(conn: Connection, pairs: Sequence[tuple[str, str]], *, now: float,
-                 max_attempts: int = 5) -> None:
-    """:func:`enqueue` for many (pass, target) pairs in one executemany; live jobs are kept."""
-    if not pairs:
-        return
-    mod: Any = postgresql if conn.dialect.name == "postgresql" else sqlite
-    stmt = mod.insert(jobs).on_conflict_do_nothing()
-    conn.execute(stmt, [
-        {"pass": p, "target": t, "payload": {}, "state": "ready", "priority": 0, "run_after": now,
-         "attempts": 0, "max_attempts": max_attempts, "created_at": now, "updated_at": now}
-        for p, t in pairs
-    ])
 
 
 def fail(conn: Connection, job: Job, error: str, *, now: float, backoff_base_s: float = 2.0,

@@ -81,29 +81,30 @@ class GroupCommitter:
 
     async def _next_batch(self) -> list[tuple[WriteUnit, asyncio.Future[Any]]]:
         if not self._access:
-            get = asyncio.ensure_future(self._queue.get())
-            wake = asyncio.ensure_future(self._access_event.wait())
-            done, _ = await asyncio.wait({get, wake}, return_when=asyncio.FIRST_COMPLETED)
-            wake.cancel()
-            if get in done:
-                return self._fill([get.result()])
-            get.cancel()
-            try:
-                # The get may have completed while being cancelled: keep its unit.
-                return self._fill([await get])
-            except asyncio.CancelledError:
-                pass
+            first = await self._take(wake=self._access_event)
+            if first is not None:
+                return self._fill([first])
         # Read counts are pending and no write is: let them gather, and ride along with the
         # next write if one comes, instead of a transaction (and a sync) per search.
+        first = await self._take(timeout=self.access_flush_s)
+        return [] if first is None else self._fill([first])  # []: flush the read counts alone
+
+    async def _take(self, *, wake: asyncio.Event | None = None, timeout: float | None = None
+                    ) -> tuple[WriteUnit, asyncio.Future[Any]] | None:
+        """The next queued unit, or None if ``wake`` fires or ``timeout`` passes first."""
         get = asyncio.ensure_future(self._queue.get())
-        done, _ = await asyncio.wait({get}, timeout=self.access_flush_s)
+        woken = asyncio.ensure_future(wake.wait()) if wake is not None else None
+        waits: set[asyncio.Future[Any]] = {get} if woken is None else {get, woken}
+        done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if woken is not None:
+            woken.cancel()
         if get in done:
-            return self._fill([get.result()])
+            return get.result()
         get.cancel()
         try:
-            return self._fill([await get])  # arrived while being cancelled
+            return await get  # it completed while being cancelled: keep its unit
         except asyncio.CancelledError:
-            return []  # flush the read counts alone
+            return None
 
     def _fill(self, batch: list[tuple[WriteUnit, asyncio.Future[Any]]]
               ) -> list[tuple[WriteUnit, asyncio.Future[Any]]]:

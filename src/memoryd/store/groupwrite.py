@@ -56,9 +56,9 @@ class _Live:
     corroboration: int
 
 
-def is_plain(items: Sequence[NewMemory] | None) -> bool:
+def is_plain(items: Sequence[NewMemory]) -> bool:
     """Whether a unit's items can take the fast path (no idempotency key to honour)."""
-    return items is not None and all(item.idempotency_key is None for item in items)
+    return all(item.idempotency_key is None for item in items)
 
 
 def identity(item: NewMemory) -> Identity:
@@ -160,6 +160,6 @@ def write_plain(conn: Connection, units: Sequence[tuple[Sequence[NewMemory], str
     _insert_rows(conn, rows)
     _corroborate(conn, bumps)
     audit.append_many(conn, events)
-    jobq.enqueue_fresh(conn, ctx.passes, [r["id"] for r in rows], now=now.timestamp(),
-                       max_attempts=ctx.max_attempts)
+    jobq.enqueue_many(conn, [(p, r["id"]) for r in rows for p in ctx.passes], now=now.timestamp(),
+                      max_attempts=ctx.max_attempts)
     return outcomes

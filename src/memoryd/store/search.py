@@ -278,10 +278,8 @@ def leg_limit(req: SearchRequest) -> int:
     return max(req.k * 2, 20)
 
 
-def vector_leg(conn: Connection, req: SearchRequest, now: datetime, vec: np.ndarray | None) -> VectorLeg:
+def vector_leg(conn: Connection, req: SearchRequest, now: datetime, vec: np.ndarray) -> VectorLeg:
     """The vector leg alone, for running beside the lexical leg on another connection."""
-    if vec is None or req.mode == "lexical":
-        return VectorLeg(vec)
     rows, partial = vector(conn, req, to_rfc3339(now), vec, leg_limit(req))
     return VectorLeg(vec, rows, partial)
 
