@@ -40,6 +40,9 @@ class Prepared:
 
 
 _cache: dict[tuple[str, Hashable], Prepared] = {}
+#: Keys may carry request values (a search's reader and filters): the oldest entries go
+#: past this many, and are compiled again if they come back.
+CACHE_MAX = 1024
 
 
 def prepare(conn: Connection, key: Hashable, build: Callable[[], ClauseElement]) -> Prepared:
@@ -47,10 +50,14 @@ def prepare(conn: Connection, key: Hashable, build: Callable[[], ClauseElement])
     slot = (conn.dialect.name, key)
     found = _cache.get(slot)
     if found is None:
-        compiled = cast(SQLCompiler, build().compile(dialect=conn.dialect))
+        # Expanding IN lists (fixed by the key) are rendered as one parameter per value.
+        compiled = cast(SQLCompiler, build().compile(
+            dialect=conn.dialect, compile_kwargs={"render_postcompile": True}))
         names = tuple(compiled.positiontup or ()) if compiled.positional else None
         defaults = {k: v for k, v in compiled.params.items() if v is not None}
         found = _cache[slot] = Prepared(str(compiled), names, defaults)
+        while len(_cache) > CACHE_MAX:
+            _cache.pop(next(iter(_cache)))
     return found
 
 

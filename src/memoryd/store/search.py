@@ -20,6 +20,7 @@ distance``, so a score is comparable within one answer, not across modes.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,10 +28,23 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import ColumnElement, Connection, and_, func, literal_column, or_, select, table, text
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Connection,
+    String,
+    and_,
+    bindparam,
+    func,
+    literal_column,
+    or_,
+    select,
+    table,
+    text,
+)
 
 from memoryd.clock import parse_rfc3339, to_rfc3339
-from memoryd.store import vectors
+from memoryd.store import prepared, vectors
 from memoryd.store.schema import jobs, memories
 from memoryd.store.scope import Reader, scope_keys, visible
 from memoryd.text.normalize import STOPWORDS
@@ -54,6 +68,27 @@ fts = table("memories_fts", literal_column("rowid"))
 #: the answer are read whole once, at the end (hydrate), not every candidate of both legs.
 CANDIDATE = (memories.c.seq, memories.c.id, memories.c.scope, memories.c.owner,
              memories.c.importance, memories.c.recorded_at)
+
+#: A set of seqs passed as one JSON array: the statement has one parameter whatever the
+#: candidate count, so it compiles once (an expanding IN recompiles its parameter list per call).
+_SEQS = func.json_each(bindparam("seqs", "[]")).table_valued("value")
+_CANDIDATE_NAMES = tuple(c.name for c in CANDIDATE)
+
+
+def candidates(conn: Connection, req: SearchRequest, now: str, seqs: Sequence[int]) -> list[dict[str, Any]]:
+    """The CANDIDATE columns of those of ``seqs`` that pass the request's filters.
+
+    One keyed lookup per seq. The statement is compiled once per filter shape
+    (reader, scope, statuses, as_of, valid_at, kind) and run on the driver: a
+    search's legs would otherwise spend more in SQLAlchemy than in SQLite.
+    """
+    if not seqs:
+        return []
+    shape = (req.reader, req.scope, tuple(statuses_for(req)), req.as_of, req.valid_at, req.kind)
+    stmt = prepared.prepare(conn, ("search.candidates", shape), lambda: select(*CANDIDATE).where(
+        memories.c.seq.in_(select(_SEQS.c.value)), row_filter(req, bindparam("now", "", type_=String))))
+    rows = prepared.fetch(conn, stmt, {"seqs": json.dumps(list(seqs)), "now": now})
+    return [dict(zip(_CANDIDATE_NAMES, row, strict=True)) for row in rows]
 
 
 @dataclass
@@ -106,8 +141,9 @@ def statuses_for(req: SearchRequest) -> list[str]:
     return out
 
 
-def row_filter(req: SearchRequest, now: str) -> ColumnElement[Any]:
-    """Scope, status, time and kind conditions shared by every search leg."""
+def row_filter(req: SearchRequest, now: str | BindParameter[str]) -> ColumnElement[Any]:
+    """Scope, status, time and kind conditions shared by every search leg (``now`` may be a
+    bound parameter, for a statement compiled once)."""
     conds: list[ColumnElement[Any]] = [
         visible(memories, req.reader, req.scope),
         memories.c.status.in_(statuses_for(req)),
@@ -144,15 +180,10 @@ def lexical(conn: Connection, req: SearchRequest, now: str, limit: int) -> list[
     if match is None:
         return []
     fetch = max(limit * LEX_OVERFETCH, LEX_MIN_FETCH)
-    ranked = text("SELECT rowid, bm25(memories_fts) FROM memories_fts WHERE memories_fts MATCH :match "
-                  "ORDER BY bm25(memories_fts) LIMIT :n")
     while fetch <= LEX_MAX_FETCH:
-        hits = conn.execute(ranked, {"match": match, "n": fetch}).all()
+        hits = conn.exec_driver_sql(_RANKED, (match, fetch)).all()
         rank = {int(seq): float(r) for seq, r in hits}
-        found: list[dict[str, Any]] = []
-        for chunk in _chunked(list(rank), 2000):
-            found.extend(dict(r._mapping) for r in conn.execute(
-                select(*CANDIDATE).where(memories.c.seq.in_(chunk), row_filter(req, now))))
+        found = candidates(conn, req, now, list(rank))
         for row in found:
             row["bm25"] = -rank[row["seq"]]
         found.sort(key=lambda r: -r["bm25"])
@@ -163,8 +194,8 @@ def lexical(conn: Connection, req: SearchRequest, now: str, limit: int) -> list[
     return [dict(r._mapping) for r in conn.execute(stmt)]
 
 
-def _chunked(items: list[int], size: int) -> list[list[int]]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
+_RANKED = ("SELECT rowid, bm25(memories_fts) FROM memories_fts WHERE memories_fts MATCH ? "
+           "ORDER BY bm25(memories_fts) LIMIT ?")
 
 
 def lexical_statement(req: SearchRequest, now: str, limit: int) -> Any:
@@ -209,11 +240,10 @@ def vector(conn: Connection, req: SearchRequest, now: str, query_vec: np.ndarray
         if not hits:
             return [], False
         distance = dict(hits)
-        rows = conn.execute(
-            select(*CANDIDATE).where(memories.c.seq.in_(list(distance)), row_filter(req, now))
-        ).all()
-        found = sorted(({**r._mapping, "distance": distance[r.seq]} for r in rows),
-                       key=lambda r: r["distance"])
+        found = candidates(conn, req, now, list(distance))
+        for row in found:
+            row["distance"] = distance[row["seq"]]
+        found.sort(key=lambda r: r["distance"])
         exhausted = len(hits) < fetch
         if len(found) >= limit or exhausted:
             return found[:limit], False
@@ -256,12 +286,11 @@ def fuse(lexical_rows: Sequence[dict[str, Any]], vector_rows: Sequence[dict[str,
     return out[:k]
 
 
-def pending_embeds(conn: Connection) -> int:
-    """Open embed jobs (cheap, via the claim index); gates the exact count below."""
-    return int(conn.execute(
-        select(func.count()).select_from(jobs)
-        .where(jobs.c["pass"] == "embed", jobs.c.state.in_(["ready", "leased"]))
-    ).scalar_one())
+def pending_embeds(conn: Connection) -> bool:
+    """Whether any embed job is open (one probe of the claim index); gates the exact count."""
+    stmt = prepared.prepare(conn, "search.pending_embeds", lambda: select(literal_column("1")).where(
+        jobs.c["pass"] == "embed", jobs.c.state.in_(["ready", "leased"])).limit(1))
+    return bool(prepared.fetch(conn, stmt, {}))
 
 
 @dataclass
@@ -355,12 +384,22 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
     return SearchOutcome(results=hydrate(conn, rows), mode_used=mode_used, notices=notices)
 
 
+_MEMORY_NAMES = tuple(c.name for c in memories.c)
+
+
 def hydrate(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The answer's rows with every column, read in the search's own snapshot."""
     if not rows:
         return rows
-    full = {r.seq: r._mapping for r in conn.execute(
-        select(memories).where(memories.c.seq.in_([row["seq"] for row in rows])))}
+    stmt = prepared.prepare(conn, "search.hydrate", lambda: select(memories).where(
+        memories.c.seq.in_(select(_SEQS.c.value))))
+    full = {}
+    for values in prepared.fetch(conn, stmt, {"seqs": json.dumps([row["seq"] for row in rows])}):
+        row = dict(zip(_MEMORY_NAMES, values, strict=True))
+        # On the driver there is no type processing: JSON and booleans are decoded here.
+        row["metadata"] = json.loads(row["metadata"]) if row["metadata"] is not None else None
+        row["derived"] = bool(row["derived"])
+        full[row["seq"]] = row
     return [{**full[row["seq"]], **row} for row in rows if row["seq"] in full]
 
 
