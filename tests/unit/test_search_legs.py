@@ -130,3 +130,88 @@ def test_a_status_change_is_seen_inside_the_partition(engine: Engine) -> None:
         conn.execute(update(memories).where(memories.c.id == a[0]).values(status="archived"))
     assert a[0] not in _knn_ids(engine, vecs[a[0]], ["agent:a"])
     assert _knn_ids(engine, vecs[a[0]], ["agent:a"], statuses=("archived",)) == [a[0]]
+
+
+# -- the legs' lookups on the driver -----------------------------------------------------
+def _request(owner: str, **kw: Any) -> search.SearchRequest:
+    return search.SearchRequest(query="note", k=10, reader=Reader(agent_id=owner), **kw)
+
+
+def _seqs(engine: Engine, ids: list[str]) -> dict[str, int]:
+    with read_only(engine) as conn:
+        return dict(conn.execute(select(memories.c.id, memories.c.seq).where(memories.c.id.in_(ids))).all())
+
+
+def test_candidates_keep_only_rows_that_pass_the_filters_with_each_calls_time(engine: Engine) -> None:
+    mine = _write(engine, ["mine expires soon", "mine stays"], owner="me")
+    theirs = _write(engine, ["theirs"], owner="other")
+    later = "2099-01-01T00:00:00.000000Z"
+    with engine.begin() as conn:
+        conn.execute(update(memories).where(memories.c.id == mine[0]).values(expires_at=later))
+    seq = _seqs(engine, mine + theirs)
+    with read_only(engine) as conn:
+        now_rows = search.candidates(conn, _request("me"), NOW_S, list(seq.values()))
+        # The same compiled statement with a later "now": the expired row drops out.
+        after = search.candidates(conn, _request("me"), "2100-01-01T00:00:00.000000Z", list(seq.values()))
+    assert {r["id"] for r in now_rows} == set(mine)  # the other owner's row never passes
+    assert {r["id"] for r in after} == {mine[1]}
+    assert set(now_rows[0]) == {c.name for c in search.CANDIDATE}
+
+
+def test_candidates_compile_once_per_filter_shape(engine: Engine) -> None:
+    from memoryd.store import prepared
+
+    ids = _write(engine, ["one note", "another note"], owner="me")
+    seqs = list(_seqs(engine, ids).values())
+    with read_only(engine) as conn:
+        search.candidates(conn, _request("me"), NOW_S, seqs)
+        before = len(prepared._cache)
+        search.candidates(conn, _request("me"), NOW_S, seqs[:1])  # same shape, other values
+        assert len(prepared._cache) == before
+        search.candidates(conn, _request("me", kind="fact"), NOW_S, seqs)  # a new shape
+        assert len(prepared._cache) == before + 1
+
+
+def test_the_prepared_cache_is_bounded(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memoryd.store import prepared
+
+    monkeypatch.setattr(prepared, "_cache", {})
+    monkeypatch.setattr(prepared, "CACHE_MAX", 3)
+    ids = _write(engine, ["a note"], owner="me")
+    seqs = list(_seqs(engine, ids).values())
+    with read_only(engine) as conn:
+        for owner in ("me", "u1", "u2", "u3", "u4"):
+            search.candidates(conn, _request(owner), NOW_S, seqs)
+        assert len(prepared._cache) == 3
+        # An evicted shape compiles again and still answers.
+        assert [r["id"] for r in search.candidates(conn, _request("me"), NOW_S, seqs)] == ids
+
+
+def test_hydrate_decodes_json_and_booleans_like_the_orm_row(engine: Engine) -> None:
+    [mid] = _write(engine, ["hydrated note"], owner="me")
+    with engine.begin() as conn:
+        conn.execute(update(memories).where(memories.c.id == mid)
+                     .values(metadata={"ticket": "ENG-1", "tags": ["a", "b"]}, derived=True))
+    seq = _seqs(engine, [mid])[mid]
+    with read_only(engine) as conn:
+        [row] = search.hydrate(conn, [{"seq": seq, "score": 0.5}])
+        core = dict(conn.execute(select(memories).where(memories.c.seq == seq)).one()._mapping)
+    assert row["metadata"] == {"ticket": "ENG-1", "tags": ["a", "b"]}
+    assert row["derived"] is True
+    assert row["score"] == 0.5
+    assert {k: v for k, v in row.items() if k != "score"} == core
+
+
+def test_pending_embeds_probes_open_embed_jobs(engine: Engine) -> None:
+    from memoryd.queue import jobs as jobq
+
+    with read_only(engine) as conn:
+        assert search.pending_embeds(conn) is False
+    with engine.begin() as conn:
+        jobq.enqueue_many(conn, [("classify", "mem_x")], now=0.0, max_attempts=3)
+    with read_only(engine) as conn:
+        assert search.pending_embeds(conn) is False  # another pass's job does not count
+    with engine.begin() as conn:
+        jobq.enqueue_many(conn, [("embed", "mem_x")], now=0.0, max_attempts=3)
+    with read_only(engine) as conn:
+        assert search.pending_embeds(conn) is True
