@@ -13,6 +13,9 @@ write path for the CPUs; embed jobs just queue) and measures:
     memoryd.store.driver.connect) of rows the size of a memory, run before,
     between and after the daemon's phases (fsync cost drifts on a shared
     disk); the median rate is the reference;
+(e) a ceiling: 16 clients calling daemon.ping, which does no store work at
+    all, over the same socket and protocol: what any write path could reach
+    at best on this machine with these clients;
 (d) a diagnostic: memoryd.store.writes.commit_units in-process at 1, 8 and 64
     writes per transaction, to separate the store layer's CPU per write (which
     group commit cannot amortise) from the fsync (which it can).
@@ -160,21 +163,26 @@ def _groups(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- (b) concurrent clients (one process each) -----------------------------------------
-def _client_proc(sock: str, idx: int, n: int, warmup: int, barrier: Any, out: Any) -> None:
+def _client_proc(sock: str, idx: int, n: int, warmup: int, barrier: Any, out: Any,
+                 method: str = "memory.write") -> None:
     from memoryd.service.client import Client, ClientError
 
     texts = h.dev_notes(n + warmup, seed=idx, start=(idx + 1) * 1_000_000)
     lat: list[float] = []
     errors = 0
+
+    def params(text: str) -> dict[str, Any]:
+        return write_params(text) if method == "memory.write" else {}
+
     with Client(sock, timeout_s=120.0) as c:
         for text in texts[:warmup]:
-            c.call("memory.write", write_params(text))
+            c.call(method, params(text))
         barrier.wait()
         t_start, cpu0 = time.monotonic(), time.process_time()
         for text in texts[warmup:]:
             t0 = time.perf_counter()
             try:
-                c.call("memory.write", write_params(text))
+                c.call(method, params(text))
             except ClientError:
                 errors += 1  # e.g. 1004 overloaded; counted, not retried
                 continue
@@ -183,12 +191,14 @@ def _client_proc(sock: str, idx: int, n: int, warmup: int, barrier: Any, out: An
     out.put((idx, lat, t_start, t_end, errors, cpu))
 
 
-def concurrent(daemon: h.Daemon, clients: int, per_client: int, warmup: int) -> dict[str, Any]:
+def concurrent(daemon: h.Daemon, clients: int, per_client: int, warmup: int,
+               method: str = "memory.write") -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(clients + 1)  # the clients and this process
     out = ctx.Queue()
     before = daemon.call("daemon.status")["write_queue"]
-    procs = [ctx.Process(target=_client_proc, args=(str(daemon.socket), i, per_client, warmup, barrier, out))
+    procs = [ctx.Process(target=_client_proc,
+                         args=(str(daemon.socket), i, per_client, warmup, barrier, out, method))
              for i in range(clients)]
     for p in procs:
         p.start()
@@ -293,6 +303,8 @@ def main() -> None:
             for c in args_clients:
                 print(f"{c} concurrent clients x {per_client} writes ...", flush=True)
                 conc.append(concurrent(daemon, c, per_client, warmup=5))
+            print(f"ceiling: 16 clients x {per_client * 4} daemon.ping (no store work) ...", flush=True)
+            ceiling = concurrent(daemon, 16, per_client * 4, warmup=5, method="daemon.ping")
             status = daemon.call("daemon.status")
         finally:
             code = daemon.stop()
@@ -365,6 +377,10 @@ def main() -> None:
     print(f"  16 clients ÷ the schema-row reference (c'): "
           f"{schema_ratio:.2f}  ({c16['per_s']:.0f} / {raw_schema['per_s']:.0f})"
           "   (for insight; the issue's figure is the ratio above)")
+    print(f"  ceiling    : 16 clients calling daemon.ping (a no-op round trip on the same socket and "
+          f"protocol): {ceiling['per_s']:.0f}/s = {h.ratio(ceiling['per_s'], raw_ref['per_s']):.2f} x raw;"
+          f" p50 {ceiling['p50_ms']:.2f} ms, p99 {ceiling['p99_ms']:.2f} ms, daemon CPU "
+          f"{ceiling['daemon_cpu_ms_per_write']:.3f} ms/call")
     print(f"  p99 ack    : sequential {seq['p99_ms']:.2f} ms, 16 clients {c16['p99_ms']:.2f} ms"
           f"   issue target < 10 ms")
     print(f"\ndaemon: {status['memories']}, embed queue ready {status['queues']['embed']['ready']}, "
@@ -375,7 +391,7 @@ def main() -> None:
     h.save("write", {
         "embedder": "none", "priority": prio, "daemon_nice": daemon.nice,
         "raw_runs": raw, "raw_reference": raw_ref, "raw_schema_row": raw_schema,
-        "sequential": seq, "concurrent": conc, "store_layer": layer,
+        "sequential": seq, "concurrent": conc, "store_layer": layer, "ping_ceiling_16": ceiling,
         "ratios": {"sequential": seq["ratio_vs_raw"], "clients_16": c16["ratio_vs_raw"]},
         "targets": {"ratio_16_min": 3, "p99_ms_max": 10},
         "daemon": {"exit_code": code, "stop_s": daemon.stop_s, "ready_s": daemon.ready_s,

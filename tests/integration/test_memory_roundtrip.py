@@ -203,3 +203,25 @@ def test_get_and_search_increment_access_count(daemon: DaemonHandle) -> None:
     # Control: a memory nobody read keeps a zero count.
     assert access_count(unread["id"]) == 0
     assert daemon.call("memory.get", {"id": unread["id"]})["status"] == "active"
+
+
+def test_many_pipelined_writes_past_the_in_flight_cap_are_all_answered(
+        start_daemon: Any) -> None:
+    # Writes are answered from their commit (no task each); every answer, refusal included,
+    # must give its in-flight slot back, or a connection stalls at the cap.
+    daemon = start_daemon(config={"max_inflight_per_connection": 2})
+    frames: list[dict[str, Any]] = []
+    for i in range(30):
+        params: dict[str, Any] = {"content": f"capped pipeline {i}", "agent_id": "agent-a"}
+        if i % 5 == 4:
+            params = {"agent_id": "agent-a"}  # no content: refused (-32602) before queueing
+        frames.append({"jsonrpc": "2.0", "id": i, "method": "memory.write", "params": params})
+    with RawConnection(daemon.socket) as conn:
+        conn.send(b"".join(json.dumps(f).encode() + b"\n" for f in frames))
+        replies = {r["id"]: r for r in (conn.read() for _ in frames)}
+    assert set(replies) == set(range(30))
+    refused = {i for i, r in replies.items() if "error" in r}
+    assert refused == {i for i in range(30) if i % 5 == 4}
+    assert {replies[i]["error"]["code"] for i in refused} == {-32602}
+    assert daemon.scalar("SELECT count(*) FROM memories WHERE content LIKE 'capped pipeline %'") == 24
+    daemon.assert_alive()

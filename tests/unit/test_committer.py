@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -178,3 +180,92 @@ def test_access_counts_still_gathering_are_committed_at_shutdown(engine: Engine,
 
     mid = asyncio.run(scenario())
     assert _access_count(engine, mid) == 3
+
+
+def test_callbacks_get_each_units_outcome_on_the_loop_thread(engine: Engine, write_ctx: WriteContext) -> None:
+    with engine.begin() as conn:
+        add_tombstone(conn, "agent", "a1", content_hash("forbidden"), NOW)
+    seen: list[tuple[str, Any, bool]] = []
+
+    async def scenario() -> None:
+        committer = make_committer(engine, write_ctx)
+        committer.start()
+        loop_thread = threading.get_ident()
+        for text in ("first by callback", "forbidden", "second by callback"):
+            committer.submit_callback(unit(text), lambda outcome, t=text: seen.append(
+                (t, outcome, threading.get_ident() == loop_thread)))
+        await committer.drain()
+
+    asyncio.run(scenario())
+    assert [t for t, _, _ in seen] == ["first by callback", "forbidden", "second by callback"]
+    assert all(on_loop for _, _, on_loop in seen)
+    assert isinstance(seen[1][1], Tombstoned)
+    assert seen[0][1][0]["id"].startswith("mem_") and seen[2][1][0]["id"].startswith("mem_")
+    assert contents(engine) == {"first by callback", "second by callback"}
+
+
+def test_a_failing_answer_does_not_lose_the_others(engine: Engine, write_ctx: WriteContext) -> None:
+    answered: list[str] = []
+
+    def broken(outcome: Any) -> None:
+        raise RuntimeError("the caller's answer failed")
+
+    async def scenario() -> None:
+        committer = make_committer(engine, write_ctx)
+        committer.start()
+        committer.submit_callback(unit("answer breaks"), broken)
+        committer.submit_callback(unit("answer works"), lambda outcome: answered.append(outcome[0]["id"]))
+        await committer.drain()
+
+    asyncio.run(scenario())
+    assert len(answered) == 1
+    assert contents(engine) == {"answer breaks", "answer works"}
+
+
+def test_a_full_queue_refuses_a_callback_unit_at_once(db_path: Path, make_engine: Callable[..., Engine],
+                                                      write_ctx: WriteContext) -> None:
+    engine = make_engine(busy_timeout_ms=60_000)
+    raw = driver.connect(str(db_path), timeout_s=0)
+    raw.isolation_level = None
+    raw.execute("BEGIN IMMEDIATE")
+    answers: list[Any] = []
+
+    async def scenario() -> None:
+        committer = make_committer(engine, write_ctx, max_queue=1)
+        committer.start()
+        committer.submit_callback(unit("stuck"), answers.append)
+        while committer.depth:
+            await asyncio.sleep(0.01)
+        committer.submit_callback(unit("queued"), answers.append)
+        with pytest.raises(Overloaded):
+            committer.submit_callback(unit("refused"), answers.append)
+        raw.execute("ROLLBACK")
+        await committer.drain()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        raw.close()
+    assert len(answers) == 2  # the refused unit is never answered: it raised instead
+    assert contents(engine) == {"stuck", "queued"}
+
+
+def test_the_writer_commits_the_next_batch_without_waiting_for_the_loop(engine: Engine,
+                                                                       write_ctx: WriteContext) -> None:
+    answered: list[str] = []
+    seen_before_any_answer: list[set[str]] = []
+
+    async def scenario() -> None:
+        committer = make_committer(engine, write_ctx)
+        committer.start()
+        committer.submit_callback(unit("batch one"), lambda o: answered.append("one"))
+        time.sleep(0.5)  # block the loop: batch one commits, its answer waits for the loop
+        committer.submit_callback(unit("batch two"), lambda o: answered.append("two"))
+        time.sleep(0.5)  # still blocked: batch two must commit all the same
+        seen_before_any_answer.append(contents(engine))
+        assert answered == []
+        await committer.drain()
+
+    asyncio.run(scenario())
+    assert seen_before_any_answer == [{"batch one", "batch two"}]
+    assert answered == ["one", "two"]

@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine
 from memoryd import PROTOCOL_VERSION, __version__
 from memoryd.clock import utcnow
 from memoryd.config import Config
-from memoryd.errors import InvalidParams, MethodNotFound, NotFound
+from memoryd.errors import InvalidParams, MemorydError, MethodNotFound, NotFound
 from memoryd.models.embedder import EmbedderAPI
 from memoryd.queue import jobs as jobq
 from memoryd.service import validation
@@ -30,6 +30,9 @@ from memoryd.store.scope import missing_key_notice
 from memoryd.store.writes import WriteUnit
 
 Handler = Callable[[dict[str, Any], "Peer"], Awaitable[Any]]
+
+#: Writes the socket answers straight from the commit (Dispatcher.submit_write): no task each.
+WRITE_METHODS = frozenset({"memory.write", "memory.write_many"})
 
 
 @dataclass(frozen=True)
@@ -89,14 +92,31 @@ class Dispatcher:
         return await asyncio.get_running_loop().run_in_executor(self.readers, fn, *args)
 
     # -- memory.* -------------------------------------------------------------
+    def _write_unit(self, method: str, params: dict[str, Any], peer: Peer
+                    ) -> tuple[WriteUnit, Callable[[Any], Any]]:
+        """The unit a write method queues, and how its committed outcome becomes the answer."""
+        if method == "memory.write":
+            item = validation.parse_write(params, self.cfg)
+            return WriteUnit([item], peer.actor), lambda results: results[0]
+        items = validation.parse_write_many(params, self.cfg)
+        return WriteUnit(items, peer.actor), lambda results: {"results": results}
+
+    def submit_write(self, method: str, params: dict[str, Any], peer: Peer,
+                     answer: Callable[[Any], None]) -> None:
+        """The socket's fast path for WRITE_METHODS: validate and queue now, and call
+        ``answer`` (with the result, or the MemorydError) on the loop after the commit.
+        Bad input or a full queue raises at once and queues nothing."""
+        unit, shape = self._write_unit(method, params, peer)
+        self.committer.submit_callback(
+            unit, lambda outcome: answer(outcome if isinstance(outcome, MemorydError) else shape(outcome)))
+
     async def memory_write(self, params: dict[str, Any], peer: Peer) -> Any:
-        item = validation.parse_write(params, self.cfg)
-        results = await self.committer.submit(WriteUnit([item], peer.actor))
-        return results[0]
+        unit, shape = self._write_unit("memory.write", params, peer)
+        return shape(await self.committer.submit(unit))
 
     async def memory_write_many(self, params: dict[str, Any], peer: Peer) -> Any:
-        items = validation.parse_write_many(params, self.cfg)
-        return {"results": await self.committer.submit(WriteUnit(items, peer.actor))}
+        unit, shape = self._write_unit("memory.write_many", params, peer)
+        return shape(await self.committer.submit(unit))
 
     async def memory_get(self, params: dict[str, Any], peer: Peer) -> Any:
         memory_id, include = validation.parse_get(params)

@@ -18,7 +18,7 @@ import structlog
 from memoryd.config import Config
 from memoryd.errors import Forbidden, MemorydError, StoreUnavailable, TooLarge
 from memoryd.service import protocol
-from memoryd.service.handlers import Dispatcher, Peer
+from memoryd.service.handlers import WRITE_METHODS, Dispatcher, Peer
 from memoryd.service.peercred import allowed, peer_credentials
 from memoryd.service.sockets import bind_unix
 
@@ -140,7 +140,16 @@ class SocketServer:
                     if not line.strip():
                         continue
                     await slots.acquire()  # back-pressure: stop reading at the in-flight cap
-                    t = asyncio.create_task(self._handle(line, peer, writer, slots))
+                    try:
+                        req = protocol.decode(line)
+                    except MemorydError as exc:
+                        self._reply_error(writer, getattr(exc, "request_id", None), exc)
+                        slots.release()
+                        continue
+                    if req.method in WRITE_METHODS and req.method in self.dispatcher.table(self.admin):
+                        self._submit_write(req, peer, writer, slots)
+                        continue
+                    t = asyncio.create_task(self._handle(req, peer, writer, slots))
                     pending.add(t)
                     t.add_done_callback(pending.discard)
                 await writer.drain()
@@ -152,16 +161,38 @@ class SocketServer:
         if not writer.is_closing():
             writer.write(protocol.encode_error(req_id, err))
 
-    async def _handle(self, line: bytes, peer: Peer, writer: asyncio.StreamWriter,
+    def _submit_write(self, req: protocol.Request, peer: Peer, writer: asyncio.StreamWriter,
                       slots: asyncio.Semaphore) -> None:
-        req_id: Any = None
-        try:
+        """A write, answered from its commit's callback (no task): one loop turn from commit to reply."""
+
+        def answer(outcome: Any) -> None:
             try:
-                req = protocol.decode(line)
-            except MemorydError as exc:
-                self._reply_error(writer, getattr(exc, "request_id", None), exc)
-                return
-            req_id = req.id
+                if req.is_notification or writer.is_closing():
+                    return
+                if isinstance(outcome, MemorydError):
+                    writer.write(protocol.encode_error(req.id, outcome))
+                else:
+                    writer.write(protocol.encode_result(req.id, outcome))
+            finally:
+                slots.release()
+
+        try:
+            self.dispatcher.submit_write(req.method, req.params, peer, answer)
+        except MemorydError as exc:  # bad input or a full queue: nothing was queued
+            slots.release()
+            if not req.is_notification:
+                self._reply_error(writer, req.id, exc)
+        except Exception as exc:
+            slots.release()
+            log.exception("request.crashed", method=req.method)
+            if not req.is_notification:
+                self._reply_error(writer, req.id, StoreUnavailable(
+                    f"internal error in {req.method}: {exc}; see the daemon log"))
+
+    async def _handle(self, req: protocol.Request, peer: Peer, writer: asyncio.StreamWriter,
+                      slots: asyncio.Semaphore) -> None:
+        req_id: Any = req.id
+        try:
             try:
                 result = await self.dispatcher.dispatch(req.method, req.params, peer, self.admin)
             except MemorydError as exc:
