@@ -269,3 +269,48 @@ def test_the_writer_commits_the_next_batch_without_waiting_for_the_loop(engine: 
     asyncio.run(scenario())
     assert seen_before_any_answer == [{"batch one", "batch two"}]
     assert answered == ["one", "two"]
+
+
+class _WriterBug(BaseException):
+    """Something no except-Exception catches: stands for a bug that kills the writer thread."""
+
+
+def test_a_dead_writer_thread_fails_waiting_and_new_writes_at_once(engine: Engine, write_ctx: WriteContext,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from memoryd.errors import StoreUnavailable
+    from memoryd.service import committer as committer_mod
+
+    def crash(*args: Any, **kwargs: Any) -> Any:
+        raise _WriterBug("boom")
+
+    monkeypatch.setattr(committer_mod, "commit_units", crash)
+
+    async def scenario() -> tuple[BaseException | Any, GroupCommitter]:
+        committer = make_committer(engine, write_ctx)
+        committer.start()
+        waiting = committer.submit(unit("never written"))
+        outcome = (await asyncio.gather(waiting, return_exceptions=True))[0]
+        with pytest.raises(StoreUnavailable, match="writer thread stopped"):
+            committer.submit(unit("after the crash"))
+        await committer.drain(timeout_s=2.0)
+        return outcome, committer
+
+    outcome, committer = asyncio.run(scenario())
+    assert isinstance(outcome, StoreUnavailable) and outcome.code == 1003
+    assert committer.broken is not None and "boom" in committer.broken
+    assert contents(engine) == set()
+
+
+def test_status_reports_a_stopped_writer_as_a_problem(engine: Engine) -> None:
+    from memoryd.daemon import status as status_mod
+
+    governor = {"state": "idle", "reason": "machine is free"}
+    extra = {"write_queue": {"depth": 0, "writer": "stopped"},
+             "write_problem": "the writer thread stopped (X): writes fail with 1003; restart memoryd"}
+    snap = status_mod.snapshot(engine, 0.0, ["embed"], {}, {}, governor, extra)
+    assert snap["health"] == "degraded"
+    assert any("writer thread stopped" in p for p in snap["problems"])
+    assert "write_problem" not in snap and snap["write_queue"]["writer"] == "stopped"
+    healthy = status_mod.snapshot(engine, 0.0, ["embed"], {}, {}, governor,
+                                  {"write_queue": {"depth": 0, "writer": "running"}})
+    assert healthy["health"] == "healthy"

@@ -250,8 +250,12 @@ class Daemon:
                         "admin": str(self.cfg.admin_socket())},
             "data_dir": str(self.data_dir),
             "write_queue": {"depth": self.committer.depth, "max": self.cfg.write_queue_max,
-                            "batches": self.committer.batches, "writes": self.committer.units},
+                            "batches": self.committer.batches, "writes": self.committer.units,
+                            "writer": "stopped" if self.committer.broken else "running"},
         }
+        if self.committer.broken:
+            extra["write_problem"] = (f"the writer thread stopped ({self.committer.broken}): writes "
+                                      "fail with 1003; restart memoryd")
         extra["runner"] = {"last_plan_state": self.runner.last_plan[0],
                            "last_plan": [{"pass": n, "batch": b} for n, b in self.runner.last_plan[1]]}
         return status_mod.snapshot(self.engine, self.started_at, list(self.passes),

@@ -55,6 +55,9 @@ def snapshot(engine: Engine, started_at: float, passes: list[str],
     for name, m in models.items():
         if m.get("error"):
             problems.append(f"model {name} failed to load: {m['error']}")
+    write_problem = extra.pop("write_problem", None)  # a problem line, not a field of its own
+    if write_problem:
+        problems.append(str(write_problem))
     return {
         "version": __version__,
         "pid": os.getpid(),

@@ -57,11 +57,15 @@ class GroupCommitter:
         self._access: dict[str, int] = {}
         self._access_due: float | None = None  # when gathered read counts commit alone (monotonic)
         self._stop = False
+        #: The batch the writer has taken and not yet handed back (writer thread only).
+        self._in_hand: list[Pending] = []
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Units submitted and not yet answered (event-loop side only).
         self._unresolved = 0
         self._closing = False
+        #: Why the writer thread stopped, if it died of a bug: writes then fail at once (1003).
+        self.broken: str | None = None
         self.batches = 0
         self.units = 0
 
@@ -90,6 +94,8 @@ class GroupCommitter:
         """Queue a unit; ``done(outcome)`` runs on the loop after the commit. Raises Overloaded."""
         if self._closing:
             raise Overloaded("memoryd is shutting down; retry when it is back. Nothing was written.")
+        if self.broken is not None:
+            raise self._broken_error()
         with self._cond:
             if len(self._pending) >= self.max_queue:
                 raise Overloaded(
@@ -116,9 +122,25 @@ class GroupCommitter:
         """Units waiting for a commit (not counting the batch being committed)."""
         return len(self._pending)
 
+    def _broken_error(self) -> StoreUnavailable:
+        return StoreUnavailable(f"the daemon's writer thread stopped ({self.broken}); nothing was "
+                                "written; restart memoryd and report the log's commit.writer_crashed")
+
     # -- the writer thread ----------------------------------------------------------
     def _run(self) -> None:
         mark_foreground()  # clients wait on this thread: it goes first at the write gate
+        try:
+            self._loop_batches()
+        except BaseException as exc:  # a bug: never leave callers waiting on a dead thread
+            log.exception("commit.writer_crashed")
+            self.broken = f"{type(exc).__name__}: {exc}"
+            with self._cond:
+                stranded = self._in_hand + list(self._pending)
+                self._pending.clear()
+            if stranded:
+                self._hand_back(stranded, [self._broken_error() for _ in stranded])
+
+    def _loop_batches(self) -> None:
         while True:
             with self._cond:
                 while not self._pending and not self._stop:
@@ -130,11 +152,14 @@ class GroupCommitter:
                         break  # the read counts gathered long enough: commit them alone
                     self._cond.wait(wait)
                 batch = [self._pending.popleft() for _ in range(min(len(self._pending), self.max_batch))]
+                self._in_hand = batch
                 last = self._stop and not self._pending
                 access, self._access, self._access_due = self._access, {}, None
             if batch or access:
                 outcomes = self._commit([unit for unit, _ in batch], access)
-                if batch and not self._hand_back(batch, outcomes):
+                handed = not batch or self._hand_back(batch, outcomes)
+                self._in_hand = []
+                if not handed:
                     return
             if last:
                 return
