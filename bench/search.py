@@ -385,8 +385,9 @@ def content_query(query: str) -> str:
 
 
 def prototypes(db: Path, encoder: Any, qs: list[str]) -> dict[str, Any]:
-    """Time alternative index queries on the same store: a stop-word-free MATCH, a vec0 table
-    partitioned by scope_key, and binary-quantised vectors rescored exactly."""
+    """Time alternative index queries on the same store: a stop-word-free MATCH, and
+    binary-quantised vectors rescored exactly (the shipped KNN, partitioned by scope_key since
+    migration 0005, is the reference)."""
     from sqlalchemy import text
 
     from memoryd.store.engine import create_store_engine
@@ -394,13 +395,6 @@ def prototypes(db: Path, encoder: Any, qs: list[str]) -> dict[str, Any]:
     engine = create_store_engine(f"sqlite:///{db}")
     t0 = time.perf_counter()
     with engine.begin() as conn:
-        conn.execute(text(
-            "CREATE VIRTUAL TABLE proto_vec_part USING vec0(memory_seq integer primary key, "
-            "embedding float[384] distance_metric=cosine, scope_key text partition key, status text, "
-            "kind text)"))
-        conn.execute(text(
-            "INSERT INTO proto_vec_part(memory_seq, embedding, scope_key, status, kind) "
-            "SELECT memory_seq, embedding, scope_key, status, kind FROM memory_vec"))
         conn.execute(text(
             "CREATE VIRTUAL TABLE proto_vec_bit USING vec0(memory_seq integer primary key, "
             "embedding bit[384], scope_key text, status text, kind text)"))
@@ -416,16 +410,12 @@ def prototypes(db: Path, encoder: Any, qs: list[str]) -> dict[str, Any]:
     vecs = {q: encoder.encode([q], normalize_embeddings=True)[0].astype("<f4") for q in qs}
 
     def exact(q: str) -> list[int]:
-        return [r[0] for r in c.execute(
-            "SELECT memory_seq FROM memory_vec WHERE embedding MATCH ? AND k = ? AND scope_key IN (?, ?, ?) "
-            "AND status IN ('active') ORDER BY distance", (vecs[q].tobytes(), KNN_FETCH, *keys))]
-
-    def partitioned(q: str) -> list[int]:
-        # With a partition key, IN returns k rows per partition (measured): merge and cut here.
-        rows = c.execute(
-            "SELECT memory_seq, distance FROM proto_vec_part WHERE embedding MATCH ? AND k = ? "
-            "AND scope_key IN (?, ?, ?) AND status IN ('active')",
-            (vecs[q].tobytes(), KNN_FETCH, *keys)).fetchall()
+        # The shipped KNN: one query per partition (scope_key is vec0's partition key), merged.
+        rows = []
+        for key in keys:
+            rows += c.execute(
+                "SELECT memory_seq, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? "
+                "AND scope_key = ? AND status IN ('active')", (vecs[q].tobytes(), KNN_FETCH, key)).fetchall()
         return [seq for seq, _ in sorted(rows, key=lambda r: r[1])[:KNN_FETCH]]
 
     def binary(q: str) -> list[int]:
@@ -440,7 +430,7 @@ def prototypes(db: Path, encoder: Any, qs: list[str]) -> dict[str, Any]:
 
     out: dict[str, Any] = {"build_s": build_s}
     calls = {"raw_fts": raw.fts, "raw_fts_stopwords_removed": lambda q: raw.fts(content_query(q)),
-             "raw_knn": exact, "knn_partition_key": partitioned, "knn_binary_rescored_x10": binary}
+             "raw_knn": exact, "knn_binary_rescored_x10": binary}
     samples: dict[str, list[float]] = {n: [] for n in calls}
     for q in qs:
         for name, fn in calls.items():
@@ -448,7 +438,6 @@ def prototypes(db: Path, encoder: Any, qs: list[str]) -> dict[str, Any]:
     for name in calls:
         out[name] = summary(samples[name])
     truth = {q: exact(q) for q in qs}
-    out["knn_partition_key"]["same_as_exact"] = sum(partitioned(q) == truth[q] for q in qs) / len(qs)
     out["knn_binary_rescored_x10"]["overlap_at_40"] = (
         sum(len(set(binary(q)) & set(truth[q])) for q in qs) / (KNN_FETCH * len(qs)))
     raw.close()
@@ -457,12 +446,10 @@ def prototypes(db: Path, encoder: Any, qs: list[str]) -> dict[str, Any]:
 
 def print_prototypes(size: int, p: dict[str, Any]) -> None:
     rows = [[name, p[name]["n"], p[name]["p50_ms"], p[name]["p95_ms"]]
-            for name in ("raw_fts", "raw_fts_stopwords_removed", "raw_knn", "knn_partition_key",
-                         "knn_binary_rescored_x10")]
+            for name in ("raw_fts", "raw_fts_stopwords_removed", "raw_knn", "knn_binary_rescored_x10")]
     h.print_table(f"{size:,} memories: prototypes, in process (ms)", ["query", "n", "p50", "p95"], rows)
-    print(f"  partition key: same top-40 as the shipped KNN on "
-          f"{p['knn_partition_key']['same_as_exact']:.0%} of queries; binary + exact rescoring of 400: "
-          f"top-40 overlap {p['knn_binary_rescored_x10']['overlap_at_40']:.0%} (random vectors: a "
+    print(f"  binary + exact rescoring of 400: top-40 overlap with the shipped KNN "
+          f"{p['knn_binary_rescored_x10']['overlap_at_40']:.0%} (random vectors: a "
           "pessimistic stand-in for real embeddings)")
 
 
@@ -489,8 +476,8 @@ def main() -> None:
                    help="seconds one lexical probe search may take before the store size is judged "
                         "pathological (its lexical and hybrid series are then skipped)")
     p.add_argument("--prototypes", action="store_true",
-                   help="also time alternative index queries in process (stop-word-free MATCH, vec0 "
-                        "partition key, binary quantisation with exact rescoring)")
+                   help="also time alternative index queries in process (stop-word-free MATCH, "
+                        "binary quantisation with exact rescoring)")
     p.add_argument("--prototypes-only", action="store_true",
                    help="build the stores and time only the in-process prototypes (no daemon)")
     p.add_argument("--name", default="search", help="results file name (bench/results/NAME.json)")
