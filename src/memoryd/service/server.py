@@ -170,7 +170,7 @@ class SocketServer:
                 if req.is_notification or writer.is_closing():
                     return
                 if isinstance(outcome, MemorydError):
-                    writer.write(protocol.encode_error(req.id, outcome))
+                    self._reply_error(writer, req.id, outcome)
                 else:
                     writer.write(protocol.encode_result(req.id, outcome))
             finally:
@@ -178,16 +178,19 @@ class SocketServer:
 
         try:
             self.dispatcher.submit_write(req.method, req.params, peer, answer)
-        except MemorydError as exc:  # bad input or a full queue: nothing was queued
+        except Exception as exc:  # bad input or a full queue (nothing was queued), or a bug
             slots.release()
-            if not req.is_notification:
-                self._reply_error(writer, req.id, exc)
-        except Exception as exc:
-            slots.release()
+            self._reply_failure(writer, req, exc)
+
+    def _reply_failure(self, writer: asyncio.StreamWriter, req: protocol.Request, exc: Exception) -> None:
+        """Answer a request whose handling raised (call it in the except block): a MemorydError
+        as it is, anything else logged with its traceback and answered as 1003."""
+        err = exc if isinstance(exc, MemorydError) else None
+        if err is None:
             log.exception("request.crashed", method=req.method)
-            if not req.is_notification:
-                self._reply_error(writer, req.id, StoreUnavailable(
-                    f"internal error in {req.method}: {exc}; see the daemon log"))
+            err = StoreUnavailable(f"internal error in {req.method}: {exc}; see the daemon log")
+        if not req.is_notification:
+            self._reply_error(writer, req.id, err)
 
     async def _handle(self, req: protocol.Request, peer: Peer, writer: asyncio.StreamWriter,
                       slots: asyncio.Semaphore) -> None:
@@ -195,15 +198,8 @@ class SocketServer:
         try:
             try:
                 result = await self.dispatcher.dispatch(req.method, req.params, peer, self.admin)
-            except MemorydError as exc:
-                if not req.is_notification:
-                    self._reply_error(writer, req_id, exc)
-                return
             except Exception as exc:
-                log.exception("request.crashed", method=req.method)
-                if not req.is_notification:
-                    self._reply_error(writer, req_id, StoreUnavailable(
-                        f"internal error in {req.method}: {exc}; see the daemon log"))
+                self._reply_failure(writer, req, exc)
                 return
             if not req.is_notification and not writer.is_closing():
                 writer.write(protocol.encode_result(req_id, result))
