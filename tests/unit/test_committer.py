@@ -305,9 +305,9 @@ def test_status_reports_a_stopped_writer_as_a_problem(engine: Engine) -> None:
     from memoryd.daemon import status as status_mod
 
     governor = {"state": "idle", "reason": "machine is free"}
-    extra = {"write_queue": {"depth": 0, "writer": "stopped"},
-             "write_problem": "the writer thread stopped (X): writes fail with 1003; restart memoryd"}
-    snap = status_mod.snapshot(engine, 0.0, ["embed"], {}, {}, governor, extra)
+    extra = {"write_queue": {"depth": 0, "writer": "stopped"}}
+    snap = status_mod.snapshot(engine, 0.0, ["embed"], {}, {}, governor, extra,
+                               ["the writer thread stopped (X): writes fail with 1003; restart memoryd"])
     assert snap["health"] == "degraded"
     assert any("writer thread stopped" in p for p in snap["problems"])
     assert "write_problem" not in snap and snap["write_queue"]["writer"] == "stopped"

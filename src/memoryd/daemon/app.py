@@ -253,10 +253,10 @@ class Daemon:
                             "batches": self.committer.batches, "writes": self.committer.units,
                             "writer": "stopped" if self.committer.broken else "running"},
         }
-        if self.committer.broken:
-            extra["write_problem"] = (f"the writer thread stopped ({self.committer.broken}): writes "
-                                      "fail with 1003; restart memoryd")
         extra["runner"] = {"last_plan_state": self.runner.last_plan[0],
                            "last_plan": [{"pass": n, "batch": b} for n, b in self.runner.last_plan[1]]}
+        problems = [] if self.committer.broken is None else [
+            f"the writer thread stopped ({self.committer.broken}): writes fail with 1003; restart memoryd"]
         return status_mod.snapshot(self.engine, self.started_at, list(self.passes),
-                                   self.runner.status(), models, self.governor.current.as_dict(), extra)
+                                   self.runner.status(), models, self.governor.current.as_dict(), extra,
+                                   problems)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,9 @@ def db_info(engine: Engine) -> dict[str, Any]:
 
 def snapshot(engine: Engine, started_at: float, passes: list[str],
              pass_status: dict[str, dict[str, Any]], models: dict[str, Any],
-             governor: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """The daemon.status result."""
+             governor: dict[str, Any], extra: dict[str, Any],
+             more_problems: Sequence[str] = ()) -> dict[str, Any]:
+    """The daemon.status result (``more_problems``: the caller's own lines for ``problems``)."""
     now = time.time()
     with read_only(engine) as conn:
         counts = mem.count_by_status(conn)
@@ -55,9 +57,7 @@ def snapshot(engine: Engine, started_at: float, passes: list[str],
     for name, m in models.items():
         if m.get("error"):
             problems.append(f"model {name} failed to load: {m['error']}")
-    write_problem = extra.pop("write_problem", None)  # a problem line, not a field of its own
-    if write_problem:
-        problems.append(str(write_problem))
+    problems += more_problems
     return {
         "version": __version__,
         "pid": os.getpid(),
