@@ -170,6 +170,9 @@ class Raw:
         return len(rows)
 
     def knn(self, vec: np.ndarray) -> int:
+        return len(self.knn_seqs(vec))
+
+    def knn_seqs(self, vec: np.ndarray) -> list[int]:
         """The daemon's KNN: one query per visible partition (scope_key), merged, cut to k."""
         blob = vec.astype("<f4").tobytes()
         rows = []
@@ -178,7 +181,7 @@ class Raw:
                 "SELECT memory_seq, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? "
                 "AND scope_key = ? AND status IN ('active')", (blob, KNN_FETCH, key)).fetchall()
         rows.sort(key=lambda r: r[1])
-        return len(rows[:KNN_FETCH])
+        return [seq for seq, _ in rows[:KNN_FETCH]]
 
     def lexical_fts_first(self, query: str) -> int:
         """Prototype: the daemon's lexical leg (join, scope, status, expiry) with FTS5 as the
@@ -410,13 +413,7 @@ def prototypes(db: Path, encoder: Any, qs: list[str]) -> dict[str, Any]:
     vecs = {q: encoder.encode([q], normalize_embeddings=True)[0].astype("<f4") for q in qs}
 
     def exact(q: str) -> list[int]:
-        # The shipped KNN: one query per partition (scope_key is vec0's partition key), merged.
-        rows = []
-        for key in keys:
-            rows += c.execute(
-                "SELECT memory_seq, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? "
-                "AND scope_key = ? AND status IN ('active')", (vecs[q].tobytes(), KNN_FETCH, key)).fetchall()
-        return [seq for seq, _ in sorted(rows, key=lambda r: r[1])[:KNN_FETCH]]
+        return raw.knn_seqs(vecs[q])  # the shipped KNN
 
     def binary(q: str) -> list[int]:
         cand = [r[0] for r in c.execute(
