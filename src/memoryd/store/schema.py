@@ -69,9 +69,12 @@ memories = Table(
     # How kind 'auto' was resolved (embedding | llm) and with what confidence.
     Column("kind_method", String(16)),
     Column("kind_confidence", Float),
+    # When the remembered thing happened or was said (protocol 1.1); NULL when unknown.
+    Column("occurred_at", String(32)),
     Index("ix_memories_identity", "scope", "owner", "content_hash"),
     Index("ix_memories_status", "status"),
     Index("ix_memories_recorded_at", "recorded_at"),
+    Index("ix_memories_occurred_at", "occurred_at"),
 )
 
 memory_vectors = Table(
