@@ -1,0 +1,1 @@
+"""How editors reach memoryd: the MCP bridge, Claude Code capture, editor configuration."""
