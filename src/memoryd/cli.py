@@ -58,11 +58,10 @@ def owner_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _call(cfg: Config, method: str, params: dict[str, Any], admin: bool = False) -> Any:
-    from memoryd.service.client import AccessDenied, Client, ClientError, NotRunning
+    from memoryd.client import AccessDenied, Client, ClientError, Disconnected, NotRunning, Timeout
 
-    path = cfg.admin_socket() if admin else cfg.resolved_socket()
     try:
-        with Client(path) as client:
+        with Client(config=cfg, admin=admin) as client:
             return client.call(method, params)
     except NotRunning as exc:
         click.echo(f"Error: {exc}", err=True)
@@ -71,8 +70,11 @@ def _call(cfg: Config, method: str, params: dict[str, Any], admin: bool = False)
         click.echo(f"Error: {exc}", err=True)
         sys.exit(EXIT_DENIED)
     except ClientError as exc:
-        field = f" [field: {exc.data['field']}]" if exc.data.get("field") else ""
+        field = f" [field: {exc.field}]" if exc.field else ""
         click.echo(f"Error {exc.code}: {exc.message}{field}", err=True)
+        sys.exit(EXIT_ERROR)
+    except (Disconnected, Timeout) as exc:
+        click.echo(f"Error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
 
 
