@@ -9,11 +9,40 @@ PIP    := $(BIN)/python -m pip
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# llama-cpp-python is built from source. llama.cpp's native CPU detection
+# (GGML_NATIVE) compiles in every instruction set of the build machine,
+# including the AMX kernels that crash (SIGSEGV in ggml_backend_amx_mul_mat) on
+# Sapphire Rapids and later. We build a portable wheel (AVX2/FMA/F16C, no
+# native detection) into our own wheelhouse, keyed on the version and the
+# flags, and install that file. pip's wheel cache is bypassed on purpose: it
+# does not key on CMAKE_ARGS, so a native wheel built once on this machine
+# would otherwise be reused silently.
+LLAMA_VERSION := 0.3.36
+ifeq ($(shell uname -m),x86_64)
+LLAMA_CMAKE   := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_OPENMP=ON
+else
+LLAMA_CMAKE   := -DGGML_NATIVE=OFF
+endif
+LLAMA_KEY     := $(shell printf '%s %s' '$(LLAMA_VERSION)' '$(LLAMA_CMAKE)' | sha256sum | cut -c1-12)
+WHEELHOUSE    ?= $(HOME)/.cache/memoryd/wheels/llama-$(LLAMA_VERSION)-$(LLAMA_KEY)
+
+$(WHEELHOUSE)/.built: | $(BIN)/python
+	@echo "building llama-cpp-python $(LLAMA_VERSION) portably (5-15 min the first time; reused after)"
+	rm -rf $(WHEELHOUSE).tmp && mkdir -p $(WHEELHOUSE).tmp
+	CMAKE_ARGS="$(LLAMA_CMAKE)" FORCE_CMAKE=1 $(PIP) wheel --quiet --no-cache-dir --no-deps \
+		--no-binary llama-cpp-python -w $(WHEELHOUSE).tmp llama-cpp-python==$(LLAMA_VERSION)
+	printf '%s\n' '$(LLAMA_CMAKE)' > $(WHEELHOUSE).tmp/CMAKE_ARGS
+	rm -rf $(WHEELHOUSE) && mv $(WHEELHOUSE).tmp $(WHEELHOUSE)
+	touch $@
+
 # torch first, pinned to the CPU build that lies on these machines, so nothing
-# later resolves torch to a multi-GB CUDA build.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# later resolves torch to a multi-GB CUDA build; then the portable llama wheel
+# by its file, so `pip install -e .` finds llama-cpp-python satisfied.
+$(VENV)/.installed: pyproject.toml $(WHEELHOUSE)/.built | $(BIN)/python
 	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet --no-deps --force-reinstall $(WHEELHOUSE)/llama_cpp_python-*.whl
 	$(PIP) install --quiet -e .
+	$(BIN)/python -m memoryd.models.buildcheck
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
