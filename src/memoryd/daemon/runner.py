@@ -20,8 +20,9 @@ from sqlalchemy.exc import OperationalError
 from memoryd.clock import rfc3339_from_epoch
 from memoryd.daemon.governor import BUSY, IDLE, Governor
 from memoryd.daemon.selection import plan_cycle
-from memoryd.errors import PassUnavailable, StaleLease
-from memoryd.passes.base import Pass, PassContext
+from memoryd.errors import StaleLease
+from memoryd.passes import failures
+from memoryd.passes.base import Pass, PassContext, PassResult
 from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
 from memoryd.store.engine import read_only
@@ -29,6 +30,8 @@ from memoryd.store.engine import read_only
 log = structlog.get_logger(__name__)
 
 MAX_SLEEP_S = 300.0
+#: A pass whose last this-many batches failed (and did nothing else) shows ``failing``.
+FAILING_AFTER = 3
 
 
 @dataclass
@@ -40,6 +43,9 @@ class PassStats:
     batches: int = 0
     batch_ms_total: float = 0.0
     last_batch_size: int = 0
+    #: Batches in a row whose jobs failed with a permanent error (reset by a batch that did work).
+    consecutive_failures: int = 0
+    last_error_class: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +55,8 @@ class PassStats:
             "errors_total": self.errors_total,
             "mean_batch_ms": round(self.batch_ms_total / self.batches, 2) if self.batches else None,
             "last_batch_size": self.last_batch_size,
+            "consecutive_failures": self.consecutive_failures,
+            "error_class": self.last_error_class,
         }
 
 
@@ -181,35 +189,86 @@ class PassRunner:
         stats.last_batch_size = len(batch)
         started = time.perf_counter()
         try:
-            result = p.run(batch, self.ctx)
-        except (PassUnavailable, OperationalError) as exc:
-            # Not the job's fault (a model is off, or the store was locked past the
-            # busy timeout): give the jobs back with the attempt uncounted.
-            stats.last_error = str(exc)
-            self._retry_store(lambda: self._release(batch))
-            # The released jobs are due at once: rest the pass, or the loop would
-            # claim and release them without pause.
-            self._cooldown[p.name] = self.ctx.now() + self.ctx.config.backoff_base_s
-            log.warning("pass.unavailable", pass_=p.name, reason=str(exc))
-            return False
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            stats.errors_total += len(batch)
-            stats.last_error = error
-            log.error("pass.failed", pass_=p.name, n=len(batch), error=error,
-                      trace=traceback.format_exc(limit=5))
-            self._retry_store(lambda: self._fail_batch(batch, error))
-            return True
+            result = self._run_isolated(p, batch, stats)
         finally:
             self._current = []
             elapsed_ms = (time.perf_counter() - started) * 1000
             stats.batches += 1
             stats.batch_ms_total += elapsed_ms
             stats.last_run_at = time.time()
+        if result is None:
+            return False
         stats.processed_total += result.processed + result.skipped
         log.info("pass.done", pass_=p.name, n=len(batch), processed=result.processed,
-                 skipped=result.skipped, stale=result.stale, ms=round(elapsed_ms, 1))
+                 skipped=result.skipped, stale=result.stale, failed=len(result.failed),
+                 ms=round(elapsed_ms, 1))
         return True
+
+    def _run_isolated(self, p: Pass, batch: list[Job], stats: PassStats) -> PassResult | None:
+        """Run a batch so that one bad job never fails its neighbours.
+
+        A permanent error raised by the whole batch makes the runner run its
+        jobs again one at a time (passes are idempotent, and a job already
+        completed is skipped as stale), so only the job at fault is charged.
+        Returns None when the pass could not run (unavailable or transient):
+        the unfinished jobs were given back uncounted and the pass rests.
+        """
+        try:
+            result = p.run(batch, self.ctx)
+        except Exception as exc:
+            kind = failures.kind_of(exc)
+            if kind != "permanent":
+                self._give_back(p, batch, exc, kind)
+                return None
+            if len(batch) == 1:
+                result = PassResult(failed=[(batch[0], exc)])
+            else:
+                log.warning("pass.batch_failed_isolating", pass_=p.name, n=len(batch),
+                            error=failures.describe(exc))
+                result = PassResult()
+                for job in batch:
+                    if self._stopping.is_set():
+                        break
+                    single = self._run_isolated(p, [job], stats)
+                    if single is None:  # the store or a model went away meanwhile
+                        return None
+                    result.processed += single.processed
+                    result.skipped += single.skipped
+                    result.stale += single.stale
+                    result.failed += single.failed  # already charged; kept for the log line
+                return result
+        self._charge(p, result.failed, stats)
+        if result.processed or result.skipped:
+            stats.consecutive_failures = 0
+        return result
+
+    def _give_back(self, p: Pass, batch: list[Job], exc: BaseException, kind: str) -> None:
+        """Not the jobs' fault (a model is off, the store was locked past its
+        timeout, the disk is full): release them with the attempt uncounted."""
+        stats = self.stats[p.name]
+        # An unavailable pass's reason is ours and is shown as is ("the embedder is loading").
+        stats.last_error = str(exc) if kind == "unavailable" else failures.describe(exc)
+        self._retry_store(lambda: self._release(batch))
+        # The released jobs are due at once: rest the pass, or the loop would
+        # claim and release them without pause.
+        self._cooldown[p.name] = self.ctx.now() + self.ctx.config.backoff_base_s
+        log.warning("pass.unavailable" if kind == "unavailable" else "pass.transient",
+                    pass_=p.name, reason=stats.last_error)
+
+    def _charge(self, p: Pass, failed: list[tuple[Job, BaseException]], stats: PassStats) -> None:
+        """Count an attempt against each job that failed on its own (dead when spent)."""
+        if not failed:
+            return
+        stats.errors_total += len(failed)
+        stats.consecutive_failures += 1
+        last = failed[-1][1]
+        stats.last_error = failures.describe(last)
+        stats.last_error_class = failures.error_class(last)
+        for job, exc in failed:
+            log.error("pass.job_failed", pass_=p.name, job=job.id, attempt=job.attempts,
+                      error=failures.describe(exc),
+                      trace="".join(traceback.format_tb(exc.__traceback__, limit=5)))
+        self._retry_store(lambda: self._fail_jobs(failed))
 
     def _release(self, batch: list[Job]) -> None:
         with self.ctx.engine.begin() as conn:
@@ -226,12 +285,12 @@ class PassRunner:
                 log.warning("runner.store_busy", attempt=attempt + 1, error=str(exc.orig))
                 self._stopping.wait(1.0 + attempt)
 
-    def _fail_batch(self, batch: list[Job], error: str) -> None:
+    def _fail_jobs(self, failed: list[tuple[Job, BaseException]]) -> None:
         cfg = self.ctx.config
         with self.ctx.engine.begin() as conn:
-            for job in batch:
+            for job, exc in failed:
                 try:
-                    jobq.fail(conn, job, error, now=self.ctx.now(),
+                    jobq.fail(conn, job, failures.describe(exc), now=self.ctx.now(),
                               backoff_base_s=cfg.backoff_base_s, backoff_max_s=cfg.backoff_max_s)
                 except StaleLease:
                     continue
@@ -257,7 +316,8 @@ class PassRunner:
         for name, p in self.passes.items():
             entry = self.stats[name].as_dict()
             reason = p.unavailable_reason(self.ctx)
-            entry["state"] = "paused" if reason else "active"
+            failing = self.stats[name].consecutive_failures >= FAILING_AFTER
+            entry["state"] = "paused" if reason else ("failing" if failing else "active")
             entry["reason"] = reason
             entry["consumes"] = p.consumes
             entry["note"] = getattr(p, "note", None)

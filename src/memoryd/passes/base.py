@@ -3,13 +3,19 @@
 A pass's ``run`` completes its jobs in the same transaction as its output
 (queue.jobs.complete raises StaleLease when the lease was lost), and is
 idempotent, so the queue's at-least-once delivery gives exactly-once effects.
+
+One bad job never fails its neighbours: a pass reports a job it could not do
+in :attr:`PassResult.failed` (the runner charges that job alone), and when a
+whole batch raises, the runner runs its jobs again one by one to find the
+one at fault (daemon/runner.py). What an error means is decided once, in
+passes/failures.py.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -18,6 +24,7 @@ from sqlalchemy import Connection, Engine
 from memoryd.config import Config
 from memoryd.errors import StaleLease
 from memoryd.models.embedder import EmbedderAPI
+from memoryd.passes import failures
 from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
 
@@ -43,6 +50,8 @@ class PassResult:
     processed: int = 0  # jobs completed with their output written
     skipped: int = 0  # jobs completed with nothing to do (target gone)
     stale: int = 0  # jobs whose lease was lost before completion; output discarded
+    #: Jobs that failed on their own (a permanent error), left leased for the runner to charge.
+    failed: list[tuple[Job, BaseException]] = field(default_factory=list)
 
 
 class Pass(ABC):
@@ -89,16 +98,26 @@ class PerJobPass(Pass):
         """Hook run once the batch's transactions have committed."""
 
     def run(self, batch: list[Job], ctx: PassContext) -> PassResult:
+        """Each job in its own transaction; a job that raises a permanent error is
+        reported in ``failed`` and the batch goes on. A transient or unavailable
+        error stops the batch (the runner gives the unfinished jobs back)."""
         result = PassResult()
-        for job in batch:
-            now_epoch = ctx.now()
-            try:
-                with ctx.engine.begin() as conn:
-                    jobq.complete(conn, job, now=now_epoch)
-                    self.apply(conn, job, datetime.fromtimestamp(now_epoch, UTC), ctx)
-            except StaleLease:
-                result.stale += 1
-                continue
-            result.processed += 1
-        self.after_batch(ctx)
+        try:
+            for job in batch:
+                now_epoch = ctx.now()
+                try:
+                    with ctx.engine.begin() as conn:
+                        jobq.complete(conn, job, now=now_epoch)
+                        self.apply(conn, job, datetime.fromtimestamp(now_epoch, UTC), ctx)
+                except StaleLease:
+                    result.stale += 1
+                    continue
+                except Exception as exc:
+                    if failures.kind_of(exc) != "permanent":
+                        raise
+                    result.failed.append((job, exc))
+                    continue
+                result.processed += 1
+        finally:
+            self.after_batch(ctx)
         return result

@@ -34,6 +34,7 @@ from sqlalchemy import select, update
 
 from memoryd.clock import to_rfc3339
 from memoryd.errors import PassUnavailable, StaleLease
+from memoryd.passes import failures
 from memoryd.passes.base import Pass, PassContext, PassResult
 from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
@@ -141,7 +142,8 @@ class ClassifyPass(Pass):
                                   family="classify")
         kind = answer.strip()
         if kind not in shortlist:
-            raise ValueError(f"the LLM answered {answer!r}, not one of the configured kinds")
+            raise ValueError("the LLM's answer is not one of the shortlisted kinds "
+                             f"{', '.join(shortlist)} (grammar not followed)")
         return kind, "llm", 0.5
 
     def run(self, batch: list[Job], ctx: PassContext) -> PassResult:
@@ -163,11 +165,18 @@ class ClassifyPass(Pass):
                 decisions[job.target] = self.decide(row.content, vectors.from_blob(row.vector), ctx)
             except PassUnavailable as exc:
                 waiting[job.id] = str(exc)
+            except Exception as exc:
+                if failures.kind_of(exc) != "permanent":
+                    raise
+                result.failed.append((job, exc))  # this job alone is charged (an invalid answer)
         self.note = f"{len(waiting)} memories wait for the LLM" if waiting else None
         now_epoch = ctx.now()
         stamp = to_rfc3339(datetime.fromtimestamp(now_epoch, UTC))
+        failed = {job.id for job, _ in result.failed}
         with ctx.engine.begin() as conn:
             for job in batch:
+                if job.id in failed:
+                    continue
                 try:
                     if job.id in waiting:
                         jobq.defer(conn, job, until=now_epoch + LLM_RETRY_S, now=now_epoch,

@@ -27,6 +27,7 @@ from sqlalchemy import Connection, select
 
 from memoryd.clock import to_rfc3339
 from memoryd.errors import StaleLease
+from memoryd.passes import failures
 from memoryd.passes.base import Pass, PassContext, PassResult
 from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
@@ -169,8 +170,11 @@ class ExtractPass(Pass):
                 outcomes[job.id] = validate(row.content, json.loads(raw), types,
                                             find_deterministic(row.content),
                                             list(ctx.config.llm_entity_types))
-            except (ValueError, json.JSONDecodeError) as exc:
-                outcomes[job.id] = exc  # an invalid answer is a failed attempt, never a default
+            except Exception as exc:
+                if failures.kind_of(exc) != "permanent":
+                    raise
+                # An invalid answer (or a timeout) is this job's failed attempt, never a default.
+                outcomes[job.id] = exc
         names = sorted({f.name for o in outcomes.values() if isinstance(o, Extraction) for f in o.entities})
         name_vecs = dict(zip(names, ctx.embedder.encode(names), strict=True)) if names else {}
         now_epoch = ctx.now()
@@ -181,12 +185,10 @@ class ExtractPass(Pass):
         with ctx.engine.begin() as conn:
             for job in batch:
                 outcome = outcomes.get(job.id)
+                if isinstance(outcome, Exception):
+                    result.failed.append((job, outcome))  # the runner charges it
+                    continue
                 try:
-                    if isinstance(outcome, Exception):
-                        jobq.fail(conn, job, f"{type(outcome).__name__}: {outcome}", now=now_epoch,
-                                  backoff_base_s=ctx.config.backoff_base_s,
-                                  backoff_max_s=ctx.config.backoff_max_s)
-                        continue
                     jobq.complete(conn, job, now=now_epoch)
                 except StaleLease:
                     result.stale += 1

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 from sqlalchemy import Connection, select
 
 from memoryd.errors import StaleLease
+from memoryd.passes import failures
 from memoryd.passes.base import Pass, PassContext, PassResult
 from memoryd.passes.consolidate import neighbours
 from memoryd.queue import jobs as jobq
@@ -141,23 +142,19 @@ class ReflectPass(Pass):
         # The LLM runs outside any transaction.
         planned: dict[int, list[tuple[Any, Any, str, str]]] = {}
         for job in batch:
-            judged = []
-            for older, newer, why in found[job.id]:
-                allowed = RELATIONS if ctx.config.reflect_llm_veto else ("updates", "contradicts")
-                answer = ctx.llm.complete(
-                    judge_prompt(older.content, newer.content),
-                    grammar="root ::= " + " | ".join(f'" {r}"' for r in allowed),
-                    max_tokens=4, timeout_s=ctx.config.llm_timeout_s, threads=ctx.threads,
-                                  family="reflect")
-                relation = answer.strip()
-                if relation not in allowed:
-                    raise ValueError(f"the LLM answered {answer!r}, not a relation")
-                judged.append((older, newer, why, relation))
-            planned[job.id] = judged
+            try:
+                planned[job.id] = self._judge(found[job.id], ctx)
+            except Exception as exc:
+                if failures.kind_of(exc) != "permanent":
+                    raise
+                result.failed.append((job, exc))  # this job alone is charged (an invalid answer)
+        failed = {job.id for job, _ in result.failed}
         now_epoch = ctx.now()
         now = datetime.fromtimestamp(now_epoch, UTC)
         with ctx.engine.begin() as conn:
             for job in batch:
+                if job.id in failed:
+                    continue
                 try:
                     jobq.complete(conn, job, now=now_epoch)
                 except StaleLease:
@@ -172,3 +169,19 @@ class ReflectPass(Pass):
                             created_by="reflect", now=now)
                 result.processed += 1
         return result
+
+    def _judge(self, found: list[tuple[Any, Any, str]], ctx: PassContext) -> list[tuple[Any, Any, str, str]]:
+        """The LLM's relation for each candidate pair of one job (outside any transaction)."""
+        judged = []
+        allowed = RELATIONS if ctx.config.reflect_llm_veto else ("updates", "contradicts")
+        for older, newer, why in found:
+            answer = ctx.llm.complete(
+                judge_prompt(older.content, newer.content),
+                grammar="root ::= " + " | ".join(f'" {r}"' for r in allowed),
+                max_tokens=4, timeout_s=ctx.config.llm_timeout_s, threads=ctx.threads, family="reflect")
+            relation = answer.strip()
+            if relation not in allowed:
+                raise ValueError("the LLM's answer is not one of the relations "
+                                 f"{', '.join(allowed)} (grammar not followed)")
+            judged.append((older, newer, why, relation))
+        return judged
