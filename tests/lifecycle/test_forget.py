@@ -161,7 +161,9 @@ def test_forget_by_user_subject_matches_that_users_rows_in_every_scope_and_no_on
     ]
     unowned = daemon.write("agent-a runs tests with pytest -q", agent_id="agent-a")
 
-    reply = daemon.call("memory.forget", {"subject": {"user_id": "u1"}, "reason": "account deleted"})
+    # Forget by subject is an operator verb (PROTOCOL 1.1): the operator socket.
+    reply = daemon.call("memory.forget", {"subject": {"user_id": "u1"}, "reason": "account deleted"},
+                        admin=True)
 
     assert reply["matched"] == 3
     for row in u1_rows:

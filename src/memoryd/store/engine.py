@@ -44,10 +44,13 @@ GATES: weakref.WeakKeyDictionary[Engine, WriteGate] = weakref.WeakKeyDictionary(
 
 def create_store_engine(url: str, busy_timeout_ms: int = 5000, pool_size: int = 8) -> Engine:
     """An engine for ``url`` with memoryd's connection and transaction hooks."""
+    # hide_parameters: a statement's bound values (memory text) never appear in the
+    # engine's error messages, which end up in jobs.last_error, status and the log.
     if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(url, pool_pre_ping=True, hide_parameters=True)
     engine = create_engine(
         url,
+        hide_parameters=True,
         module=sqlite_module(),
         poolclass=QueuePool,
         pool_size=pool_size,

@@ -10,16 +10,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, delete, func, select, update
 
 from memoryd.clock import to_rfc3339
 from memoryd.errors import Conflict, Forbidden, InvalidParams, NotFound
 from memoryd.queue import jobs as jobq
-from memoryd.store import audit, entities, links
+from memoryd.store import audit, entities, links, proposals
 from memoryd.store.ids import is_memory_id, new_id
 from memoryd.store.memories import NewMemory, WriteContext, add_tombstone, get_row, write_memory
-from memoryd.store.schema import LIVE_STATUSES, forget_requests, idempotency_keys, memories
+from memoryd.store.schema import LIVE_STATUSES, forget_requests, idempotency_keys, jobs, memories
 from memoryd.store.scope import Reader
+from memoryd.text.normalize import loose
 
 #: Statuses that still hold their text (anything but deleting/forgotten).
 TEXT_STATUSES = ("active", "candidate", "superseded", "rejected", "archived")
@@ -99,27 +100,80 @@ def supersede(conn: Connection, req: SupersedeRequest, now: datetime, ctx: Write
     return {"old_id": old.id, "new_id": new_id}
 
 
+#: The columns forget needs of a row (never its content, which may be large and many).
+_FORGET_COLS = (memories.c.seq, memories.c.id, memories.c.scope, memories.c.owner,
+                memories.c.content_hash, memories.c.status)
+#: Rows one forget-by-subject batch marks (PROTOCOL 1.1: bounded, never holding the writer).
+SUBJECT_BATCH = 500
+
+
+def copies_of(conn: Connection, row: Any) -> list[Any]:
+    """Rows that hold ``row``'s text in other places: its collapsed duplicates and
+    the rows it was collapsed into (``merged_into`` links, both ways, transitively),
+    and rows of the same scope and owner whose text is the same after loose
+    normalisation (a copy consolidate has not reached yet). Forgetting a memory
+    forgets these too, or its words would stay readable."""
+    if row.content is None:
+        return []
+    target = loose(row.content)
+    same_owner = (memories.c.scope == row.scope) & (memories.c.owner == row.owner)
+    seen, out, frontier = {row.id}, [], [row.id]
+    while frontier:
+        current = frontier.pop()
+        for other_id in links.sources(conn, current, links.MERGED_INTO) + links.targets(
+                conn, current, links.MERGED_INTO):
+            if other_id in seen:
+                continue
+            seen.add(other_id)
+            other = conn.execute(select(memories).where(memories.c.id == other_id, same_owner)).first()
+            if other is not None and other.content is not None and loose(other.content) == target:
+                out.append(other)
+                frontier.append(other_id)
+    size = len(row.content)
+    near = conn.execute(select(memories).where(
+        same_owner, memories.c.id.not_in(seen), memories.c.content.is_not(None),
+        func.length(memories.c.content).between(max(0, size - 16), size + 16)))
+    out += [r for r in near if loose(r.content) == target]
+    return [r for r in out if r.status not in ("deleting", "forgotten")]
+
+
 def forget(conn: Connection, *, memory_id: str | None, subject: dict[str, str] | None,
            reason: str | None, tombstone: bool, now: datetime, actor: str,
-           max_attempts: int) -> dict[str, Any]:
-    """Mark matching rows ``deleting``, lay their tombstones, and queue the erasure.
+           max_attempts: int, after_seq: int = 0, limit: int | None = None) -> dict[str, Any]:
+    """Mark matching rows ``deleting``, lay their tombstones, withdraw the
+    proposals that involve them, and queue the erasure.
 
     All in the caller's transaction, so the reply means the erasure is durably
-    queued and a rewrite of the same content is already refused.
+    queued and a rewrite of the same content is already refused. By id, the
+    row's copies (:func:`copies_of`) go with it. By subject, at most ``limit``
+    rows past ``after_seq`` are taken (in seq order); the result's
+    ``next_seq`` says where the next batch starts (None when none is left).
     """
     stamp = to_rfc3339(now)
+    next_seq: int | None = None
     if memory_id is not None:
-        rows = [_live_row(conn, memory_id, "id")]
+        row = _live_row(conn, memory_id, "id")
+        rows = [row, *copies_of(conn, row)]
     else:
         assert subject is not None
         (field, value), = subject.items()
-        rows = list(conn.execute(select(memories).where(memories.c[field] == value)))
+        stmt = (select(*_FORGET_COLS)
+                .where(memories.c[field] == value, memories.c.seq > after_seq,
+                       memories.c.status.not_in(("deleting", "forgotten")))
+                .order_by(memories.c.seq))
+        if limit is not None:
+            stmt = stmt.limit(limit + 1)
+        rows = list(conn.execute(stmt))
+        if limit is not None and len(rows) > limit:
+            rows = rows[:limit]
+            next_seq = rows[-1].seq
     matched = [r for r in rows if r.status not in ("deleting", "forgotten")]
     ids = [r.id for r in matched]
     if ids:
         conn.execute(update(memories).where(memories.c.id.in_(ids)).values(status="deleting"))
         conn.execute(update(memories).where(memories.c.id.in_(ids), memories.c.retired_at.is_(None))
                      .values(retired_at=stamp))
+        proposals.withdraw_citing(conn, ids, now)
     for r in matched:
         if tombstone:
             add_tombstone(conn, r.scope, r.owner, r.content_hash, now, reason)
@@ -132,7 +186,15 @@ def forget(conn: Connection, *, memory_id: str | None, subject: dict[str, str] |
         reason=reason, tombstone=tombstone, matched=len(ids), status="pending", created_at=stamp,
     ))
     jobq.enqueue(conn, "retention", f"forget:{request_id}", now=now.timestamp(), max_attempts=max_attempts)
-    return {"request_id": request_id, "matched": len(ids)}
+    return {"request_id": request_id, "matched": len(ids), "memory_ids": ids, "next_seq": next_seq}
+
+
+def count_subject(conn: Connection, subject: dict[str, str], after_seq: int) -> int:
+    """Live rows carrying the subject's owner value past ``after_seq`` (forget's progress)."""
+    (field, value), = subject.items()
+    return int(conn.execute(select(func.count()).select_from(memories).where(
+        memories.c[field] == value, memories.c.seq > after_seq,
+        memories.c.status.not_in(("deleting", "forgotten")))).scalar_one())
 
 
 def erase(conn: Connection, memory_id: str, now: datetime, actor: str) -> int:
@@ -153,6 +215,10 @@ def erase(conn: Connection, memory_id: str, now: datetime, actor: str) -> int:
     ))
     conn.execute(delete(idempotency_keys).where(idempotency_keys.c.result["id"].as_string() == memory_id))
     entities.erase_mentions(conn, memory_id)
+    proposals.withdraw_citing(conn, [memory_id], now)
+    # A failed job's error text is the one place a pass may have quoted the row.
+    conn.execute(update(jobs).where(jobs.c.target == memory_id, jobs.c.last_error.is_not(None))
+                 .values(last_error="(erased: the memory was forgotten)"))
     audit.append(conn, at=stamp, actor=actor, action="memory.erase", memory_id=memory_id,
                  detail={"content_hash": row.content_hash, "before": {"status": row.status},
                          "after": {"status": "forgotten"}})

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, Text, cast, func, or_, select, update
 from sqlalchemy.dialects import sqlite
 
 from memoryd.clock import to_rfc3339
@@ -19,6 +19,8 @@ from memoryd.store.ids import new_id
 from memoryd.store.schema import proposals
 
 KINDS = ("supersede", "merge", "promote")
+#: open -> approved | rejected | stale (decided or overtaken), or withdrawn (a row was forgotten).
+STATUSES = ("open", "approved", "rejected", "stale", "withdrawn")
 
 
 def pair_key(kind: str, memory_ids: Sequence[str], ordered: bool = False) -> str:
@@ -56,6 +58,44 @@ def to_public(row: Any) -> dict[str, Any]:
         "payload": row.payload, "decided_at": row.decided_at, "decided_by": row.decided_by,
         "note": row.note,
     }
+
+
+#: Payload keys that hold ids or labels, never text: what a withdrawn proposal keeps.
+_ID_KEYS = ("old_id", "new_id", "relation")
+
+
+def citing(conn: Connection, memory_ids: Sequence[str]) -> list[Any]:
+    """Every proposal (any status) whose rows include one of ``memory_ids``."""
+    wanted = set(memory_ids)
+    if not wanted:
+        return []
+    text_ids = cast(proposals.c.memory_ids, Text)
+    rows = conn.execute(select(proposals).where(or_(*[text_ids.contains(m) for m in wanted])))
+    return [r for r in rows if wanted & set(r.memory_ids)]
+
+
+def withdraw_citing(conn: Connection, memory_ids: Sequence[str], now: datetime) -> int:
+    """Withdraw open proposals that involve a forgotten memory, and strip the text
+    (``reason``, ``merged_text``) from every proposal that does, whatever its status.
+
+    The proposal keeps its id, kind, rows and ``pair_key``, so it is never
+    raised again; its words are gone. Idempotent. Returns proposals changed.
+    """
+    changed = 0
+    stamp = to_rfc3339(now)
+    for row in citing(conn, memory_ids):
+        values: dict[str, Any] = {
+            "reason": "withdrawn: a memory it involves was forgotten",
+            "payload": {k: v for k, v in (row.payload or {}).items() if k in _ID_KEYS},
+        }
+        if row.status == "open":
+            values.update(status="withdrawn", decided_at=stamp, decided_by="forget",
+                          note="a memory it involves was forgotten")
+        if row.reason == values["reason"] and row.payload == values["payload"] and row.status != "open":
+            continue
+        conn.execute(update(proposals).where(proposals.c.id == row.id).values(**values))
+        changed += 1
+    return changed
 
 
 def list_(conn: Connection, status: str, limit: int) -> list[dict[str, Any]]:

@@ -39,8 +39,11 @@ def decide(conn: Connection, proposal_id: str, decision: str, note: str | None, 
     if decision == "approve":
         if prop.kind == "supersede":
             old_id, new_id = prop.payload["old_id"], prop.payload["new_id"]
+            # The audit event names the proposal, not its reason: the reason quotes the
+            # rows' values, and the audit chain keeps ids and hashes, never text.
             result.update(lifecycle.supersede(conn, lifecycle.SupersedeRequest(
-                old_id=old_id, new_id=new_id, reason=prop.reason, reader=_owner_reader(old_id, conn)),
+                old_id=old_id, new_id=new_id, reason=f"approved proposal {proposal_id}",
+                reader=_owner_reader(old_id, conn)),
                 now, ctx))
         elif prop.kind == "merge":
             result["merged_id"] = lifecycle.merge(conn, list(prop.memory_ids), prop.payload["merged_text"],
