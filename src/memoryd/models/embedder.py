@@ -72,6 +72,9 @@ class EmbedderBase:
         self.last_used_at: float | None = None
         self._loading = threading.Event()
         self._query_cache: dict[str, np.ndarray] = {}
+        #: Inserts and evictions of the query cache (searches run on several threads):
+        #: two threads must not both evict the same oldest key and leave it over its bound.
+        self._query_cache_lock = threading.Lock()
 
     @property
     def enabled(self) -> bool:
@@ -125,13 +128,16 @@ class EmbedderBase:
         except Exception as exc:  # the search falls back to lexical with a notice
             log.warning("search.query_embed_failed", error=str(exc))
             return None
-        if len(self._query_cache) >= QUERY_CACHE_SIZE:
-            self._query_cache.pop(next(iter(self._query_cache)), None)
-        self._query_cache[text] = vec
+        with self._query_cache_lock:
+            if text not in self._query_cache:
+                while len(self._query_cache) >= QUERY_CACHE_SIZE:
+                    self._query_cache.pop(next(iter(self._query_cache)))
+            self._query_cache[text] = vec
         return vec
 
     def _load_in_background(self) -> None:
-        if not self.enabled or self.load_error or self._loading.is_set():
+        # unavailable_reason covers off, failed to load and (in the worker) marked broken.
+        if self.unavailable_reason() or self._loading.is_set():
             return
         self._loading.set()
 
@@ -146,7 +152,8 @@ class EmbedderBase:
         threading.Thread(target=load, name="memoryd-embedder-load", daemon=True).start()
 
     def forget_queries(self) -> None:
-        self._query_cache.clear()
+        with self._query_cache_lock:
+            self._query_cache.clear()
 
 
 class LocalEmbedder(EmbedderBase):

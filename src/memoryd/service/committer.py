@@ -94,9 +94,11 @@ class GroupCommitter:
         """Queue a unit; ``done(outcome)`` runs on the loop after the commit. Raises Overloaded."""
         if self._closing:
             raise Overloaded("memoryd is shutting down; retry when it is back. Nothing was written.")
-        if self.broken is not None:
-            raise self._broken_error()
         with self._cond:
+            # Checked under the lock the crash handler clears the queue under: a unit
+            # appended after that clear would wait for a writer that is gone.
+            if self.broken is not None:
+                raise self._broken_error()
             if len(self._pending) >= self.max_queue:
                 raise Overloaded(
                     f"the write queue is full ({self.max_queue} writes waiting); retry later. "
@@ -133,8 +135,8 @@ class GroupCommitter:
             self._loop_batches()
         except BaseException as exc:  # a bug: never leave callers waiting on a dead thread
             log.exception("commit.writer_crashed")
-            self.broken = f"{type(exc).__name__}: {exc}"
             with self._cond:
+                self.broken = f"{type(exc).__name__}: {exc}"
                 stranded = self._in_hand + list(self._pending)
                 self._pending.clear()
             if stranded:
@@ -197,8 +199,12 @@ class GroupCommitter:
         self._unresolved -= len(batch)
         enqueued = False
         for (unit, done), outcome in zip(batch, outcomes, strict=True):
-            if not isinstance(outcome, MemorydError):
-                enqueued = enqueued or unit.queued_work(outcome)
+            if not isinstance(outcome, MemorydError) and not enqueued:
+                try:
+                    enqueued = unit.queued_work(outcome)
+                except Exception:  # a bug in one unit's bookkeeping: wake the runner to be safe
+                    log.exception("commit.queued_work_failed")
+                    enqueued = True
             try:
                 done(outcome)
             except Exception:  # one caller's answer failing must not lose the others'

@@ -14,6 +14,7 @@ driver takes as they are (str, int, float, bool, None; JSON already dumped).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -40,6 +41,9 @@ class Prepared:
 
 
 _cache: dict[tuple[str, Hashable], Prepared] = {}
+#: Inserts and evictions: finding the oldest key and popping it are two steps, and
+#: two threads must not both pick the same key (the second pop would fail).
+_cache_lock = threading.Lock()
 #: Keys may carry request values (a search's reader and filters): the oldest entries go
 #: past this many, and are compiled again if they come back.
 CACHE_MAX = 1024
@@ -48,16 +52,19 @@ CACHE_MAX = 1024
 def prepare(conn: Connection, key: Hashable, build: Callable[[], ClauseElement]) -> Prepared:
     """The statement ``build()`` returns, compiled for ``conn``'s dialect (cached under ``key``)."""
     slot = (conn.dialect.name, key)
-    found = _cache.get(slot)
+    found = _cache.get(slot)  # a hit takes no lock: one dict read is atomic
     if found is None:
+        # Compiled outside the lock: two threads may both compile a new key; one result stays.
         # Expanding IN lists (fixed by the key) are rendered as one parameter per value.
         compiled = cast(SQLCompiler, build().compile(
             dialect=conn.dialect, compile_kwargs={"render_postcompile": True}))
         names = tuple(compiled.positiontup or ()) if compiled.positional else None
         defaults = {k: v for k, v in compiled.params.items() if v is not None}
-        found = _cache[slot] = Prepared(str(compiled), names, defaults)
-        while len(_cache) > CACHE_MAX:
-            _cache.pop(next(iter(_cache)))
+        fresh = Prepared(str(compiled), names, defaults)
+        with _cache_lock:
+            found = _cache.setdefault(slot, fresh)
+            while len(_cache) > CACHE_MAX:
+                _cache.pop(next(iter(_cache)))
     return found
 
 
