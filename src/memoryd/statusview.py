@@ -74,9 +74,20 @@ def status_renderable(s: dict[str, Any], rates: dict[str, float] | None = None) 
         models.add_column(col)
     for name, m in s["models"].items():
         models.add_row(name, str(m.get("enabled")), str(m.get("loaded")), str(m.get("path") or "-"),
-                       str(m.get("error") or m.get("note") or ""))
+                       _model_problem(m))
     parts.append(models)
     return Group(*parts)
+
+
+def _model_problem(m: dict[str, Any]) -> Text:
+    """The models table's last cell: broken (signal, what to run), a load error, or a note."""
+    broken = m.get("broken")
+    if broken:
+        name = m.get("model") or "model"
+        return Text(f"BROKEN: {name} crashed the worker {m.get('crashes_in_a_row', 2)}x in a row, "
+                    f"{broken.get('signal')} (exit {broken.get('exit_code')}); run `memoryd doctor`",
+                    style="bold red")
+    return Text(str(m.get("error") or m.get("note") or ""))
 
 
 def print_status(s: dict[str, Any]) -> None:

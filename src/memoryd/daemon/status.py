@@ -55,7 +55,9 @@ def snapshot(engine: Engine, started_at: float, passes: list[str],
     if governor["state"] == "paused" and "memory" in governor["reason"]:
         problems.append(f"paused: {governor['reason']}")
     for name, m in models.items():
-        if m.get("error"):
+        if m.get("broken"):
+            problems.append(m["broken"].get("message") or f"model {name} is broken; run `memoryd doctor`")
+        elif m.get("error"):
             problems.append(f"model {name} failed to load: {m['error']}")
     problems += more_problems
     return {

@@ -1,6 +1,14 @@
 """The daemon's side of the model worker: start it on demand, send requests,
 notice when it exits (idle) or dies (crash).
 
+Each worker process is a *generation* with its own table of requests in
+flight. A request that meets a worker on its way out (it stopped reading when
+its idle timer fired) is sent again to a fresh worker: a worker answers all
+it read before it says bye, so what is still pending then was never read. A
+worker that dies of a native crash fails its requests, and the crash is
+counted against the model that was running (models/health.py): twice in a
+row marks that model broken and its passes wait.
+
 :class:`WorkerEmbedder` has the embedder interface (models/embedder.py), so
 passes and searches do not know whether the model runs here or there.
 """
@@ -17,6 +25,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -27,6 +36,7 @@ import structlog
 from memoryd.clock import rfc3339_from_epoch
 from memoryd.errors import PassUnavailable
 from memoryd.models.embedder import EmbedderBase, EmbedderUnavailable
+from memoryd.models.health import CrashLedger, describe_exit
 
 log = structlog.get_logger(__name__)
 
@@ -35,33 +45,82 @@ class ModelUnavailable(PassUnavailable):
     """The worker says the model is switched off or cannot load."""
 
 
+class ModelBroken(ModelUnavailable):
+    """The model crashed the worker too often in a row (models/health.py); its jobs wait."""
+
+
 class WorkerCrashed(RuntimeError):
     """The worker died (or hung past its timeout) while it had our request."""
 
 
+class _Unread(Exception):
+    """The worker stopped reading (idle exit, or asked to) before this request: send it again."""
+
+
+#: Which model each op runs, for crash accounting (``ping`` runs none).
+OP_MODEL = {"load": "embedder", "embed": "embedder", "llm_load": "llm", "complete": "llm"}
+#: Ops whose answer shows the model ran: they end a run of crashes. A load is not
+#: enough (the LLM's only checks its file; its context is built by the first completion).
+OP_RAN_MODEL = frozenset({"embed", "complete"})
+#: Times a request that met a worker on its way out is sent again to a fresh one.
+SEND_TRIES = 3
+
+
+@dataclass(eq=False)
+class _Generation:
+    """One worker process and the requests sent to it.
+
+    Each process has its own table, so the reader of a worker that died fails
+    that worker's requests and never those of the worker that replaced it.
+    """
+
+    proc: subprocess.Popen[bytes]
+    conn: Connection
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: request id -> (future, the model the op runs); guarded by ``lock``.
+    pending: dict[int, tuple[Future[Any], str | None, str]] = field(default_factory=dict)
+    #: Said bye: it reads no more requests (guarded by ``lock``).
+    retiring: bool = False
+    #: Its reader has failed what was left: nothing may be added (guarded by ``lock``).
+    closed: bool = False
+    #: We killed it (timeout, stop): its death is not the model's crash.
+    killed: bool = False
+
+    def usable(self) -> bool:
+        with self.lock:
+            if self.retiring or self.closed:
+                return False
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        self.killed = True
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+
 class ModelWorker:
-    """One child process and the requests in flight to it."""
+    """The model worker process of the moment, and the requests in flight to it."""
 
     def __init__(self, args: list[str], timeout_s: float):
         self.args = args
         self.timeout_s = timeout_s
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._conn: Connection | None = None
+        self._lock = threading.Lock()  # guards _gen: one worker started at a time
+        self._gen: _Generation | None = None
         self._send_lock = threading.Lock()
-        self._pending: dict[int, Future[Any]] = {}
         self._ids = itertools.count(1)
         self.started_total = 0
+        #: Native crashes per model, and the broken marks (cleared by a daemon restart).
+        self.health = CrashLedger()
 
     @property
     def pid(self) -> int | None:
-        proc = self._proc
-        return proc.pid if proc is not None and proc.poll() is None else None
+        gen = self._gen
+        return gen.proc.pid if gen is not None and gen.proc.poll() is None else None
 
     def alive(self) -> bool:
         return self.pid is not None
 
-    def _start(self) -> Connection:
+    def _start(self) -> _Generation:
         parent, child = socket.socketpair()
         cmd = [sys.executable, "-m", "memoryd.models.worker", "--fd", str(child.fileno()), *self.args]
         # Own session: a Ctrl-C at the daemon's terminal is the daemon's to handle;
@@ -70,85 +129,132 @@ class ModelWorker:
                                 start_new_session=True,
                                 env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
         child.close()
-        conn = Connection(parent.detach())
-        self._proc, self._conn = proc, conn
+        gen = _Generation(proc, Connection(parent.detach()))
         self.started_total += 1
-        threading.Thread(target=self._read, args=(proc, conn), name="memoryd-worker-reader",
-                         daemon=True).start()
+        threading.Thread(target=self._read, args=(gen,), name="memoryd-worker-reader", daemon=True).start()
         log.info("worker.started", pid=proc.pid)
-        return conn
+        return gen
 
-    def _read(self, proc: subprocess.Popen[bytes], conn: Connection) -> None:
+    def _current(self) -> _Generation:
+        """The running worker that still reads requests, started if there is none."""
+        with self._lock:
+            gen = self._gen
+            if gen is None or not gen.usable():
+                gen = self._gen = self._start()
+            return gen
+
+    def _read(self, gen: _Generation) -> None:
         said_bye = False
         while True:
             try:
-                msg = conn.recv()
+                msg = gen.conn.recv()
             except (EOFError, OSError):
                 break
             if msg.get("id") is None:
+                # The worker answers everything it read before it says bye.
                 said_bye = True
+                with gen.lock:
+                    gen.retiring = True
                 continue
-            fut = self._pending.pop(msg["id"], None)
-            if fut is None:
-                continue
+            with gen.lock:
+                entry = gen.pending.pop(msg["id"], None)
+            if entry is None:
+                continue  # its caller gave up waiting
+            fut, model, op = entry
             if msg["ok"]:
+                if model is not None and op in OP_RAN_MODEL:
+                    self.health.succeeded(model)
                 fut.set_result(msg["result"])
             elif msg.get("unavailable"):
                 fut.set_exception(ModelUnavailable(msg["error"]))
             else:
                 fut.set_exception(RuntimeError(msg["error"]))
-        code = proc.wait()
+        code = gen.proc.wait()
+        with gen.lock:
+            gen.closed = True
+            stranded = list(gen.pending.values())
+            gen.pending.clear()
         with self._lock:
-            if self._proc is proc:
-                self._proc, self._conn = None, None
-        conn.close()
-        pending = [f for i, f in list(self._pending.items()) if not f.done()]
-        for fut in pending:
-            fut.set_exception(WorkerCrashed(f"the model worker exited with code {code} mid-request"))
-        self._pending.clear()
-        if said_bye and code == 0:
-            log.info("worker.exited_idle", pid=proc.pid)
-        else:
-            log.warning("worker.died", pid=proc.pid, code=code, failed_requests=len(pending))
+            if self._gen is gen:
+                self._gen = None
+        gen.conn.close()
+        if said_bye:
+            # Still pending after the bye: never read. The callers send them again.
+            for fut, _, _ in stranded:
+                fut.set_exception(_Unread())
+            log.info("worker.exited_idle", pid=gen.proc.pid, code=code, resent=len(stranded))
+            return
+        in_flight: dict[str, str] = {}
+        for _, model, op in stranded:
+            if model is not None:
+                in_flight.setdefault(model, op)
+        broken = self.health.died(code, in_flight, killed=gen.killed, at=time.time())
+        how = describe_exit(code)
+        for fut, model, _ in stranded:
+            if model in broken:
+                fut.set_exception(ModelBroken(self.health.reason(model) or f"the {model} is broken"))
+            else:
+                fut.set_exception(WorkerCrashed(f"the model worker died mid-request ({how})"))
+        log.warning("worker.died", pid=gen.proc.pid, code=code, exit=how, killed=gen.killed,
+                    failed_requests=len(stranded), models=sorted(in_flight), broken=sorted(broken))
 
     def request(self, op: str, wait_s: float | None = None, **params: Any) -> Any:
-        """Send one request (starting the worker if needed) and wait for its answer."""
-        with self._lock:
-            conn = self._conn if self.alive() and self._conn is not None else self._start()
-        req_id = next(self._ids)
-        fut: Future[Any] = Future()
-        self._pending[req_id] = fut
-        try:
-            with self._send_lock:
-                conn.send({"id": req_id, "op": op, **params})
-        except (OSError, ValueError) as exc:
-            self._pending.pop(req_id, None)
-            raise WorkerCrashed(f"the model worker is gone: {exc}") from exc
-        try:
-            return fut.result(timeout=wait_s or self.timeout_s)
-        except FutureTimeout:
-            self._pending.pop(req_id, None)
-            self.kill()
-            raise WorkerCrashed(f"the model worker did not answer {op!r} within "
-                                f"{wait_s or self.timeout_s:.0f} s; it was killed") from None
+        """Send one request (starting the worker if needed) and wait for its answer.
+
+        Raises WorkerCrashed when the worker dies with it or does not answer in
+        time, ModelBroken when that death marked the op's model broken.
+        """
+        model = OP_MODEL.get(op)
+        timeout = wait_s or self.timeout_s
+        for _ in range(SEND_TRIES):
+            gen = self._current()
+            req_id = next(self._ids)
+            fut: Future[Any] = Future()
+            with gen.lock:
+                if gen.retiring or gen.closed:
+                    continue  # it said bye since: take the next one
+                gen.pending[req_id] = (fut, model, op)
+            try:
+                with self._send_lock:
+                    gen.conn.send({"id": req_id, "op": op, **params})
+            except (OSError, ValueError):
+                # The worker is going or gone: its reader settles the request (unread, or crashed).
+                pass
+            except BaseException:
+                with gen.lock:
+                    gen.pending.pop(req_id, None)
+                raise
+            try:
+                return fut.result(timeout=timeout)
+            except _Unread:
+                continue
+            except FutureTimeout:
+                with gen.lock:
+                    gen.pending.pop(req_id, None)
+                gen.kill()
+                raise WorkerCrashed(f"the model worker did not answer {op!r} within "
+                                    f"{timeout:.0f} s; it was killed") from None
+        raise WorkerCrashed(f"the model worker exited {SEND_TRIES} times before reading {op!r}; "
+                            "see the daemon log")
 
     def stop(self) -> None:
         """Ask the worker to exit; kill it if it does not within 5 s."""
         with self._lock:
-            proc, conn = self._proc, self._conn
-        if proc is None or conn is None:
+            gen = self._gen
+        if gen is None:
             return
         try:
             with self._send_lock:
-                conn.send({"id": 0, "op": "exit"})
-            proc.wait(5)
+                gen.conn.send({"id": 0, "op": "exit"})
+            gen.proc.wait(5)
         except (OSError, ValueError, subprocess.TimeoutExpired):
-            proc.kill()
+            gen.kill()
 
     def kill(self) -> None:
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
+        """Kill the worker now (its requests fail; not counted as a model crash)."""
+        gen = self._gen
+        if gen is not None:
+            gen.kill()
 
     def rss_bytes(self) -> int | None:
         pid = self.pid
@@ -179,9 +285,12 @@ class WorkerEmbedder(EmbedderBase):
             raise EmbedderUnavailable(self.unavailable_reason() or "disabled")
         if self.loaded:
             return
+        reason = self.worker.health.reason("embedder", self.name)
+        if reason:
+            raise ModelBroken(reason)
         try:
             self.path = self.worker.request("load")
-        except WorkerCrashed:
+        except (WorkerCrashed, ModelBroken):
             raise
         except RuntimeError as exc:
             self.load_error = str(exc)
@@ -196,6 +305,10 @@ class WorkerEmbedder(EmbedderBase):
         self.last_used_at = time.time()
         return np.asarray(result, dtype=np.float32)
 
+    def unavailable_reason(self) -> str | None:
+        """Off, failed to load, or marked broken by its crashes (then its jobs wait)."""
+        return super().unavailable_reason() or self.worker.health.reason("embedder", self.name)
+
     def release(self) -> None:
         self.worker.stop()
         self._model_ready = False
@@ -205,6 +318,7 @@ class WorkerEmbedder(EmbedderBase):
         return {
             "loaded": self.loaded,
             "model": self.name,
+            "spec": self.spec,
             "enabled": self.enabled,
             "path": self.path or (None if not self.enabled else self.spec),
             "last_used_at": None if self.last_used_at is None else rfc3339_from_epoch(self.last_used_at),
@@ -212,6 +326,7 @@ class WorkerEmbedder(EmbedderBase):
             "worker_pid": self.worker.pid,
             "worker_rss_bytes": self.worker.rss_bytes(),
             "worker_starts": self.worker.started_total,
+            **self.worker.health.status("embedder", self.name),
         }
 
 
@@ -237,6 +352,9 @@ class WorkerLLM:
     def unavailable_reason(self) -> str | None:
         if not self.enabled:
             return "LLM disabled (--llm none); its jobs stay queued"
+        broken = self.worker.health.reason("llm", self.name)
+        if broken:
+            return broken
         if self.load_error:
             return f"LLM failed to load: {self.load_error}"
         return None
@@ -244,10 +362,16 @@ class WorkerLLM:
     def load(self) -> None:
         if not self.enabled:
             raise ModelUnavailable(self.unavailable_reason() or "disabled")
+        broken = self.worker.health.reason("llm", self.name)
+        if broken:
+            # Never start a worker for a model that crashed it twice: it would crash again.
+            raise ModelBroken(broken)
         if self.loaded:
             return
         try:
             self.name = self.worker.request("llm_load")
+        except ModelBroken:
+            raise
         except ModelUnavailable as exc:
             self.load_error = str(exc)
             raise
@@ -265,5 +389,6 @@ class WorkerLLM:
 
     def status(self) -> dict[str, Any]:
         used = None if self.last_used_at is None else rfc3339_from_epoch(self.last_used_at)
-        return {"loaded": self.loaded, "enabled": self.enabled, "path": self.name if self._ready else None,
-                "last_used_at": used, "error": self.load_error}
+        return {"loaded": self.loaded, "enabled": self.enabled, "model": self.name, "spec": self.spec,
+                "path": self.name if self._ready else None, "last_used_at": used, "error": self.load_error,
+                **self.worker.health.status("llm", self.name)}

@@ -1,0 +1,115 @@
+"""The model worker's client under the two races of its lifecycle.
+
+A real worker process (``python -m memoryd.models.worker``, models off: the
+``ping`` op needs none) is started by the real client. The interleavings are
+forced at two points of the client's own process, never by sleeping:
+
+* ``subprocess.Popen.wait``: holds the reader of a dead worker after it saw
+  the end of the stream and before it fails that worker's requests;
+* ``multiprocessing.connection.Connection.send``: holds a request just before
+  it is written, or writes an ``exit`` in front of it, which makes the worker
+  stop reading exactly as its idle timeout does (the same ``break`` in
+  ``worker.serve``), so the request arrives at a worker that will never read it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from typing import Any
+
+import pytest
+
+from memoryd.models.worker_client import ModelWorker
+
+#: Hang guard for each wait; a request stranded by the old code waited for the worker timeout.
+WAIT_S = 20.0
+
+
+@pytest.fixture
+def worker() -> Iterator[ModelWorker]:
+    w = ModelWorker(["--embedder", "none", "--llm", "none", "--log-level", "warning"], timeout_s=WAIT_S)
+    yield w
+    w.stop()
+
+
+def test_a_dead_workers_reader_never_fails_the_next_workers_request(
+        worker: ModelWorker, monkeypatch: pytest.MonkeyPatch) -> None:
+    first_pid = worker.request("ping")
+    assert isinstance(first_pid, int)
+
+    old_reader_at_wait = threading.Event()
+    release_old_reader = threading.Event()
+    old_readers: list[threading.Thread] = []
+    real_wait = subprocess.Popen.wait
+
+    def wait(self: subprocess.Popen[bytes], timeout: float | None = None) -> int:
+        if self.pid == first_pid and threading.current_thread().name == "memoryd-worker-reader":
+            old_readers.append(threading.current_thread())
+            old_reader_at_wait.set()
+            release_old_reader.wait(WAIT_S)
+        return real_wait(self, timeout)
+
+    send_held = threading.Event()
+    release_send = threading.Event()
+    real_send = Connection.send
+
+    def send(self: Connection, obj: Any) -> None:
+        if threading.current_thread().name == "second-request":
+            send_held.set()
+            release_send.wait(WAIT_S)
+        real_send(self, obj)
+
+    monkeypatch.setattr(subprocess.Popen, "wait", wait)
+    monkeypatch.setattr(Connection, "send", send)
+
+    os.kill(first_pid, signal.SIGKILL)
+    assert old_reader_at_wait.wait(WAIT_S), "the first worker's reader never saw it die"
+
+    outcome: dict[str, Any] = {}
+
+    def second_request() -> None:
+        try:
+            outcome["pid"] = worker.request("ping")
+        except Exception as exc:  # the assertion below reports it
+            outcome["error"] = exc
+
+    requester = threading.Thread(target=second_request, name="second-request")
+    requester.start()
+    # The second request is registered with a new worker and about to be written...
+    assert send_held.wait(WAIT_S)
+    # ...when the first worker's reader goes on and fails what it believes is its own.
+    release_old_reader.set()
+    old_readers[0].join(WAIT_S)
+    release_send.set()
+    requester.join(WAIT_S)
+
+    assert "error" not in outcome, f"the second request failed: {outcome.get('error')!r}"
+    assert isinstance(outcome.get("pid"), int) and outcome["pid"] != first_pid
+    assert worker.started_total == 2
+
+
+def test_a_request_that_meets_the_workers_idle_exit_is_served_by_a_fresh_worker(
+        worker: ModelWorker, monkeypatch: pytest.MonkeyPatch) -> None:
+    first_pid = worker.request("ping")
+    real_send = Connection.send
+    raced: list[int] = []
+
+    def send(self: Connection, obj: Any) -> None:
+        if obj.get("op") == "ping" and not raced:
+            # The worker's idle timer fires just as this request is written: it reads
+            # the exit first, stops reading, says bye and exits 0 with the ping unread.
+            raced.append(1)
+            real_send(self, {"id": 0, "op": "exit"})
+        real_send(self, obj)
+
+    monkeypatch.setattr(Connection, "send", send)
+    second_pid = worker.request("ping")
+
+    assert raced == [1]
+    assert isinstance(second_pid, int) and second_pid != first_pid
+    assert worker.started_total == 2
