@@ -2,14 +2,22 @@
 
 Every key is a field of :class:`Config` with its default and a one-line help
 text; ``memoryd config`` prints them all as a commented TOML file, and
-docs/operations.md is written from the same table.
+docs/operations.md's table is generated from them
+(``python -m memoryd.config --docs-table --write docs/operations.md``).
+Values are checked strictly against the fields' types: TOML has real types,
+so a float for an integer key or a string for a boolean is refused, never
+converted.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
+import sys
 import tomllib
-from dataclasses import MISSING, asdict, dataclass, field, fields
+import typing
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +28,7 @@ from memoryd.errors import ConfigError
 APP = "memoryd"
 SOCKET_NAME = "memoryd.sock"
 ADMIN_SOCKET_NAME = "memoryd-admin.sock"
+ADMIN_DIR_NAME = "memoryd-admin"
 
 DEFAULT_ENTITY_TYPES = (
     "person", "project", "service", "tool", "library", "language", "host", "file", "url",
@@ -52,8 +61,12 @@ class Config:
     data_dir: str = _key("", "Directory for the database, lock and models ('' = platform data dir).")
     db_url: str = _key("", "Store URL ('' = sqlite:///<data_dir>/memoryd.db).")
     socket: str = _key("", "Agent socket ('' = $XDG_RUNTIME_DIR/memoryd/memoryd.sock, else state dir).")
+    admin_socket_path: str = _key(
+        "", "Operator socket ('' = memoryd-admin/memoryd-admin.sock in the parent of the agent "
+        "socket's directory: a directory of its own, never inside the agent socket's).")
     embedder: str = _key("bundled", "Embedder: 'bundled' (all-MiniLM-L6-v2), 'none', or a model directory.")
-    llm: str = _key("bundled", "LLM: 'bundled' (Gemma 3 270M), 'none', or a GGUF path (later passes).")
+    llm: str = _key("bundled", "LLM: 'bundled' (Gemma 3 270M), 'none', a GGUF path, or the http(s) URL "
+                    "of an OpenAI-compatible completion server.")
     kinds: list[str] = _key(list(DEFAULT_KINDS), "Memory kinds a writer may name (besides 'auto').")
     entity_types: list[str] = _key(list(DEFAULT_ENTITY_TYPES), "Entity types the extract pass may emit.")
     llm_entity_types: list[str] = _key(["person", "project", "service", "organization"],
@@ -76,7 +89,8 @@ class Config:
     idempotency_ttl_s: float = _key(172800.0, "How long idempotency keys are remembered (at least 24 h).")
     embed_batch_size: int = _key(1024, "Memories claimed per embed-pass batch (encoded sorted by length).")
     embed_encode_batch: int = _key(32, "Texts per model forward pass (small: less padding).")
-    classify_margin: float = _key(0.05, "The embedding classifier decides alone above this lead over #2.")
+    classify_margin: float = _key(0.05, "With classify_llm, a lead over the runner-up kind below this goes "
+                                  "to the LLM (else the embedding classifier decides alone).")
     classify_llm: bool = _key(False, "Ask the LLM when the classifier's margin is low (for a capable model).")
     llm_timeout_s: float = _key(120.0, "Longest one LLM completion may take (the attempt then fails).")
     merge_min_cosine: float = _key(0.93, "Consolidate proposes a merge only at or above this cosine.")
@@ -137,11 +151,22 @@ class Config:
         return Path(platformdirs.user_state_dir(APP)) / SOCKET_NAME
 
     def admin_socket(self) -> Path:
-        """The operator socket, beside the agent socket."""
-        return self.resolved_socket().with_name(ADMIN_SOCKET_NAME)
+        """The operator socket (PROTOCOL.md 1.1): its own 0700 directory beside the agent's.
+
+        A sandbox that is given only the agent socket's directory cannot reach
+        it: ``<parent of the agent socket's dir>/memoryd-admin/memoryd-admin.sock``.
+        """
+        if self.admin_socket_path:
+            return Path(self.admin_socket_path).expanduser()
+        return self.resolved_socket().parent.parent / ADMIN_DIR_NAME / ADMIN_SOCKET_NAME
 
     def validate(self) -> None:
-        """Raise ConfigError naming the key and the fix when a value is unusable."""
+        """Raise ConfigError naming the key and the fix when a value is out of range.
+
+        The types are checked before (``load_config``); these are the rules
+        beyond them. Each error's ``data.field`` is the key, so the loader can
+        name where the value came from.
+        """
         positive = (
             "decay_batch", "retention_batch", "busy_batch_size", "model_threads",
             "max_frame_bytes", "max_content_bytes", "max_connections", "max_inflight_per_connection",
@@ -150,48 +175,65 @@ class Config:
         )
         for name in positive:
             if getattr(self, name) < 1:
-                raise ConfigError(f"config key {name!r} must be at least 1 (got {getattr(self, name)!r})")
+                raise _range_error(name, "at least 1", getattr(self, name))
         for name in ("job_lease_s", "backoff_base_s", "backoff_max_s", "tick_interval_s", "busy_timeout_ms",
                      "decay_half_life_days", "decay_interval_s", "retention_interval_s", "session_ttl_s",
                      "archive_window_s", "governor_interval_s", "model_idle_s", "model_timeout_s",
                      "llm_timeout_s", "prune_interval_s", "done_retention_s"):
             if getattr(self, name) <= 0:
-                raise ConfigError(f"config key {name!r} must be positive (got {getattr(self, name)!r})")
+                raise _range_error(name, "positive", getattr(self, name))
         if not 0.0 <= self.access_flush_s <= 60.0:
-            raise ConfigError("config key 'access_flush_s' must be between 0 and 60 seconds "
-                              f"(got {self.access_flush_s!r})")
+            raise _range_error("access_flush_s", "between 0 and 60 seconds", self.access_flush_s)
         if not 0.0 <= self.runner_gather_s <= 5.0:
-            raise ConfigError("config key 'runner_gather_s' must be between 0 and 5 seconds "
-                              f"(got {self.runner_gather_s!r})")
+            raise _range_error("runner_gather_s", "between 0 and 5 seconds", self.runner_gather_s)
         if self.busy_timeout_ms > 10000:
             # A longer wait would hold a write past the 30 s SIGTERM deadline.
-            raise ConfigError("config key 'busy_timeout_ms' must be at most 10000 (10 s)")
+            raise _range_error("busy_timeout_ms", "at most 10000 (10 s)", self.busy_timeout_ms)
         if self.idempotency_ttl_s < 86400:
-            raise ConfigError("config key 'idempotency_ttl_s' must be at least 86400 (24 h, PROTOCOL.md)")
+            raise _range_error("idempotency_ttl_s", "at least 86400 (24 h, PROTOCOL.md)",
+                               self.idempotency_ttl_s)
         if self.log_format not in ("auto", "json", "console"):
-            raise ConfigError("config key 'log_format' must be 'auto', 'json' or 'console'")
+            raise _range_error("log_format", "'auto', 'json' or 'console'", self.log_format)
         for name in ("merge_min_cosine", "merge_min_jaccard", "reflect_min_cosine",
                      "reflect_subject_jaccard", "classify_margin"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(f"config key {name!r} must be between 0 and 1 "
-                                  f"(got {getattr(self, name)!r})")
-        if not self.entity_types or any(not isinstance(t, str) or not t for t in self.entity_types):
-            raise ConfigError("config key 'entity_types' must be a non-empty list of names")
+                raise _range_error(name, "between 0 and 1", getattr(self, name))
+        if not self.entity_types or any(not t for t in self.entity_types):
+            raise _range_error("entity_types", "a non-empty list of names", self.entity_types)
         if any(t not in self.entity_types for t in self.llm_entity_types):
-            raise ConfigError("config key 'llm_entity_types' may only name types in 'entity_types'")
-        if not self.kinds or any(not isinstance(k, str) or not k or k == "auto" for k in self.kinds):
-            raise ConfigError("config key 'kinds' must be a non-empty list of names other than 'auto'")
+            raise _range_error("llm_entity_types", "a list of types that 'entity_types' also names",
+                               self.llm_entity_types)
+        if not self.kinds or any(not k or k == "auto" for k in self.kinds):
+            raise _range_error("kinds", "a non-empty list of names other than 'auto'", self.kinds)
 
     def as_dict(self) -> dict[str, Any]:
+        """Every key and its value, as plain data (what ``memoryd config --json`` prints)."""
         return asdict(self)
+
+
+def _range_error(name: str, rule: str, value: Any) -> ConfigError:
+    return ConfigError(f"config key {name!r} must be {rule} (got {_shown(value)})", data={"field": name})
 
 
 ENV_KEYS = {
     "MEMORYD_DATA_DIR": "data_dir",
     "MEMORYD_DB_URL": "db_url",
     "MEMORYD_SOCKET": "socket",
+    "MEMORYD_ADMIN_SOCKET": "admin_socket_path",
     "MEMORYD_EMBEDDER": "embedder",
     "MEMORYD_LLM": "llm",
+}
+
+#: Config key -> the `memoryd run` option that sets it (tests check cli.py declares each).
+RUN_FLAGS = {
+    "data_dir": "--data-dir",
+    "db_url": "--db-url",
+    "socket": "--socket",
+    "admin_socket_path": "--admin-socket",
+    "embedder": "--embedder",
+    "llm": "--llm",
+    "log_level": "--log-level",
+    "log_format": "--log-format",
 }
 
 
@@ -201,71 +243,183 @@ def default_config_path() -> Path:
 
 
 def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Config:
-    """Build the effective configuration.
+    """Build the effective configuration, checking every value's type strictly.
 
     Precedence, lowest first: defaults, the TOML file (``path``, else
     ``$MEMORYD_CONFIG``, else the platform config dir when it exists), the
-    ``MEMORYD_*`` environment, then ``overrides`` whose value is not None.
+    ``MEMORYD_*`` environment, then ``overrides`` (the command-line options)
+    whose value is not None. An unknown key, a value of the wrong type or
+    one out of range raises :class:`ConfigError` naming the key, what it
+    takes, the value given and where it came from (file, variable or option).
     """
-    values: dict[str, Any] = {}
+    schema = key_types()
+    given: dict[str, tuple[Any, str]] = {}
     explicit = path or os.environ.get("MEMORYD_CONFIG")
     file_path = Path(explicit).expanduser() if explicit else default_config_path()
     if explicit and not file_path.exists():
         raise ConfigError(f"config file {file_path} does not exist; create it or drop --config")
     if file_path.exists():
         try:
-            values.update(tomllib.loads(file_path.read_text(encoding="utf-8")))
+            data = tomllib.loads(file_path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {file_path} is not valid TOML: {exc}") from exc
-    for env, key in ENV_KEYS.items():
-        if os.environ.get(env):
-            values[key] = os.environ[env]
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    known = {f.name: f for f in fields(Config)}
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ConfigError(
-            f"unknown config key(s) {', '.join(unknown)} in {file_path}; "
-            "run `memoryd config` to list the valid keys"
-        )
-    for name, value in list(values.items()):
-        values[name] = _coerce(name, known[name].default, known[name].default_factory, value)
-    cfg = Config(**values)
-    cfg.validate()
+        source = f"config file {file_path}"
+        _refuse_unknown(data, schema, source)
+        for name, value in data.items():
+            given[name] = (_typed(name, schema[name], value, source), source)
+    for env, name in ENV_KEYS.items():
+        text = os.environ.get(env)
+        if text:  # an empty variable counts as unset
+            source = f"environment variable {env}"
+            given[name] = (_from_text(name, schema[name], text, source), source)
+    chosen = {name: value for name, value in overrides.items() if value is not None}
+    _refuse_unknown(chosen, schema, "the options")
+    for name, value in chosen.items():
+        source = f"option {RUN_FLAGS.get(name, name)}"
+        given[name] = (_typed(name, schema[name], value, source), source)
+    cfg = Config(**{name: value for name, (value, _) in given.items()})
+    try:
+        cfg.validate()
+    except ConfigError as exc:
+        field_name = exc.data.get("field")
+        if field_name in given:
+            raise ConfigError(f"{exc.message}, set by {given[field_name][1]}", data=exc.data) from None
+        raise
     return cfg
 
 
-def _coerce(name: str, default: Any, factory: Any, value: Any) -> Any:
-    proto = factory() if default is MISSING else default
-    try:
-        if isinstance(proto, bool):
-            if isinstance(value, str):
-                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError("expected true or false")
-                return value.lower() in ("true", "1", "yes")
-            return bool(value)
-        if isinstance(proto, int):
-            return int(value)
-        if isinstance(proto, float):
-            return float(value)
-        if isinstance(proto, list):
-            if not isinstance(value, list):
-                raise TypeError("expected a list")
-            return list(value)
-        if isinstance(proto, str):
-            return str(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"config key {name!r} has a bad value {value!r}: {exc}") from exc
+# -- strict types ----------------------------------------------------------
+#
+# TOML has real integers, floats, booleans, strings and arrays, so a value of
+# another type is refused rather than converted: int(1.9) would silently give
+# 1 and bool(2) True. The one widening is an integer for a float key (30 for
+# 30.0). Environment variables are text: they are parsed by the same rules
+# (a bool only from true, false, 1 or 0).
+
+_TYPE_WORDS: dict[Any, str] = {
+    str: "a string", int: "an integer", float: "a number", bool: "true or false",
+    list: "a list of strings",
+}
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+_FLOAT_TEXT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_BOOL_TEXT = {"true": True, "1": True, "false": False, "0": False}
+
+
+def key_types() -> dict[str, type]:
+    """Config key -> the Python type its value must have (``list`` for ``list[str]``)."""
+    hints = typing.get_type_hints(Config)
+    out: dict[str, type] = {}
+    for f in fields(Config):
+        hint = hints[f.name]
+        out[f.name] = typing.get_origin(hint) or hint
+    return out
+
+
+def _refuse_unknown(values: dict[str, Any], schema: dict[str, type], source: str) -> None:
+    unknown = sorted(set(values) - set(schema))
+    if not unknown:
+        return
+    import difflib  # only on this error path: it costs more to import than the rest of the module
+
+    named = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, list(schema), n=1)
+        named.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+    raise ConfigError(
+        f"unknown config key(s) {', '.join(named)} in {source}; "
+        "run `memoryd config` to list the valid keys", data={"field": unknown[0]})
+
+
+def _typed(name: str, expected: type, value: Any, source: str) -> Any:
+    """``value`` if it has the key's type (an integer widened for a float key), else ConfigError."""
+    if expected is bool:
+        ok = isinstance(value, bool)
+    elif expected is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif expected is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if ok:
+            value = float(value)
+    elif expected is list:
+        ok = isinstance(value, list) and all(isinstance(item, str) for item in value)
+        if ok:
+            value = list(value)
+    else:
+        ok = isinstance(value, expected)
+    if not ok:
+        raise _type_error(name, expected, value, source)
     return value
+
+
+def _from_text(name: str, expected: type, text: str, source: str) -> Any:
+    """An environment variable's text parsed by the key's type, or ConfigError."""
+    if expected is str:
+        return text
+    stripped = text.strip()
+    if expected is bool and stripped.lower() in _BOOL_TEXT:
+        return _BOOL_TEXT[stripped.lower()]
+    if expected is int and _INT_TEXT.fullmatch(stripped):
+        return int(stripped)
+    if expected is float and _FLOAT_TEXT.fullmatch(stripped):
+        return float(stripped)
+    raise _type_error(name, expected, text, source)
+
+
+def _type_error(name: str, expected: type, value: Any, source: str) -> ConfigError:
+    default = fields_by_name()[name]
+    if expected is float:
+        takes = "a finite number (an integer or a float)"
+    elif expected is bool and source.startswith("environment"):
+        takes = "true, false, 1 or 0"
+    else:
+        takes = _TYPE_WORDS[expected]
+    return ConfigError(
+        f"config key {name!r} takes {takes}, but {source} gives {_shown(value)} ({_kind(value)}); "
+        f"write it like the default: {name} = {_toml_value(default_of(default))}",
+        data={"field": name})
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list" if all(isinstance(v, str) for v in value) else "a list with non-strings"
+    if isinstance(value, dict):
+        return "a table"
+    return f"a TOML {type(value).__name__}"
+
+
+def _shown(value: Any) -> str:
+    """A value as TOML would spell it, cut to a readable length."""
+    text = _toml_value(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def fields_by_name() -> dict[str, Field[Any]]:
+    """Config key -> its dataclass field (default, help text)."""
+    return {f.name: f for f in fields(Config)}
+
+
+def default_of(f: Field[Any]) -> Any:
+    """A field's default value."""
+    return f.default_factory() if f.default is MISSING else f.default  # type: ignore[operator]
+
+
+# -- rendering ---------------------------------------------------------------
 
 
 def render_defaults() -> str:
     """The whole configuration as a commented TOML file with every default."""
     lines = ["# memoryd configuration; every key with its default.", ""]
     for f in fields(Config):
-        default = f.default_factory() if f.default is MISSING else f.default  # type: ignore[operator]
         lines.append(f"# {f.metadata['help']}")
-        lines.append(f"{f.name} = {_toml_value(default)}")
+        lines.append(f"{f.name} = {_toml_value(default_of(f))}")
         lines.append("")
     return "\n".join(lines)
 
@@ -277,5 +431,63 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    if not isinstance(value, str):
+        return str(value)
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'
+
+
+DOCS_TABLE_START = ("<!-- config-table:start (generated by `python -m memoryd.config --docs-table`; "
+                    "do not edit) -->")
+DOCS_TABLE_END = "<!-- config-table:end -->"
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a markdown table cell (no stray HTML tags, no column breaks)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+def docs_table() -> str:
+    """docs/operations.md's table of every key, markers included, in ``memoryd config`` order."""
+    envs = {name: env for env, name in ENV_KEYS.items()}
+    lines = [DOCS_TABLE_START, "| key | default | flag, environment | meaning |", "|---|---|---|---|"]
+    for f in fields(Config):
+        also = ", ".join(f"`{x}`" for x in (RUN_FLAGS.get(f.name), envs.get(f.name)) if x) or "-"
+        default = _toml_value(default_of(f))
+        lines.append(f"| `{f.name}` | `{default}` | {also} | {_cell(f.metadata['help'])} |")
+    lines.append(DOCS_TABLE_END)
+    return "\n".join(lines)
+
+
+def with_docs_table(text: str) -> str:
+    """``text`` (a markdown page) with its config-table region replaced by :func:`docs_table`."""
+    # Found by the start marker's prefix, so a page with an older marker line is rewritten too.
+    start = text.find(DOCS_TABLE_START.split(" (", 1)[0])
+    end = text.find(DOCS_TABLE_END, max(start, 0))
+    if start < 0 or end < 0:
+        raise ValueError("the page has no config-table:start/end markers")
+    return text[:start] + docs_table() + text[end + len(DOCS_TABLE_END):]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m memoryd.config --docs-table [--write FILE]``: print or rewrite the docs table."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m memoryd.config",
+                                     description="Generate the configuration table of docs/operations.md.")
+    parser.add_argument("--docs-table", action="store_true", required=True,
+                        help="print the table (with its markers) to stdout")
+    parser.add_argument("--write", metavar="FILE", type=Path,
+                        help="replace the marked region of FILE instead of printing")
+    args = parser.parse_args(argv)
+    if args.write:
+        args.write.write_text(with_docs_table(args.write.read_text(encoding="utf-8")), encoding="utf-8")
+    else:
+        sys.stdout.write(docs_table() + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
