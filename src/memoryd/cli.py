@@ -638,3 +638,9 @@ def audit_verify(cfg: Config, as_json: bool) -> None:
         click.echo(f"audit chain BROKEN at event seq {result['first_break_seq']} "
                    f"({result['events']} events verify before it)")
     sys.exit(EXIT_OK if result["ok"] else EXIT_DEGRADED)
+
+
+# Commands that live in their own modules (imported last: they build on the options above).
+from memoryd.editors.cli_mcp import mcp  # noqa: E402
+
+main.add_command(mcp)

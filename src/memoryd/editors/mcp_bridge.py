@@ -1,0 +1,221 @@
+"""What each MCP tool does: arguments checked, the binding applied, the daemon called.
+
+No MCP SDK here (``mcp_server`` wires this to it), so the logic is testable on
+its own. Every daemon call goes through :class:`memoryd.client.AsyncClient`;
+the bridge never opens the store or loads a model.
+
+Failures come back as :class:`ToolOutcome` with ``is_error`` set, never as an
+exception, so one bad call never ends the bridge: a daemon that is down answers
+how to start it, and the next call connects again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from memoryd.client import (
+    AccessDenied,
+    AsyncClient,
+    ClientError,
+    Disconnected,
+    Memory,
+    NotFound,
+    NotRunning,
+    SearchHit,
+    Timeout,
+)
+from memoryd.editors.binding import Binding
+from memoryd.editors.mcp_tools import ToolSpec
+from memoryd.errors import ERROR_CODES
+
+#: recall asks for more than k when rows the binding may not read (org rows, say)
+#: take places in the daemon's answer; never past the protocol's k limit.
+MAX_K = 100
+
+
+class ToolFailure(Exception):
+    """A tool call that cannot be done; the message is what the agent reads."""
+
+    def __init__(self, message: str, *, code: int | None = None, field: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.field = field
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """A tool's answer: the structured result, or an error text (``is_error``)."""
+
+    structured: dict[str, Any] | None
+    text: str
+    is_error: bool = False
+
+    @classmethod
+    def ok(cls, structured: dict[str, Any]) -> ToolOutcome:
+        return cls(structured, json.dumps(structured, ensure_ascii=False))
+
+    @classmethod
+    def error(cls, message: str, *, code: int | None = None, field: str | None = None) -> ToolOutcome:
+        data: dict[str, Any] = {"error": message}
+        if code is not None:
+            data["code"] = code
+        if field is not None:
+            data["field"] = field
+        return cls(data, message, is_error=True)
+
+
+def _not_visible(memory_id: str) -> ToolFailure:
+    # The same words for an unknown id and for another owner's row: the answer
+    # must not tell the agent that a foreign id exists.
+    return ToolFailure(f"no memory with id {memory_id!r} is visible to this agent "
+                       "(use an id that recall or remember returned)", code=1002, field="id")
+
+
+def _time(memory: Memory) -> str:
+    return memory.occurred_at or memory.recorded_at or ""
+
+
+def argument_problem(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> ToolFailure | None:
+    """The first way ``arguments`` break ``schema``, naming the argument; None when they fit."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    error = best_match(Draft202012Validator(schema).iter_errors(dict(arguments)))
+    if error is None:
+        return None
+    if error.validator == "required":
+        missing = [name for name in error.validator_value if name not in error.instance]
+        field = missing[0] if missing else ""
+        return ToolFailure(f"invalid arguments: {field!r} is required", code=-32602, field=field)
+    if error.validator == "additionalProperties":
+        known = set(schema.get("properties", {}))
+        extra = sorted(set(error.instance) - known)
+        field = extra[0] if extra else ""
+        return ToolFailure(f"invalid arguments: {field!r} is not an argument of this tool "
+                           f"(it takes {', '.join(sorted(known)) or 'none'})", code=-32602, field=field)
+    field = str(error.absolute_path[0]) if error.absolute_path else ""
+    return ToolFailure(f"invalid argument {field!r}: {error.message}", code=-32602, field=field or None)
+
+
+class Bridge:
+    """Runs the tools for one binding over one daemon connection."""
+
+    def __init__(self, binding: Binding, client: AsyncClient, specs: list[ToolSpec]):
+        self.binding = binding
+        self.client = client
+        self.specs = {spec.name: spec for spec in specs}
+        self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
+            "remember": self.remember, "recall": self.recall, "get_memory": self.get_memory,
+            "update_memory": self.update_memory, "forget": self.forget, "memory_status": self.memory_status,
+        }
+
+    async def call(self, name: str, arguments: Mapping[str, Any] | None) -> ToolOutcome:
+        """Run one tool; every failure becomes an error outcome that says what to do."""
+        spec = self.specs.get(name)
+        if spec is None:
+            return ToolOutcome.error(f"unknown tool {name!r}; the tools are {', '.join(self.specs)}")
+        args = dict(arguments or {})
+        problem = argument_problem(spec.input_schema, args)
+        if problem is not None:
+            return ToolOutcome.error(problem.message, code=problem.code, field=problem.field)
+        try:
+            return ToolOutcome.ok(await self._handlers[name](args))
+        except ToolFailure as exc:
+            return ToolOutcome.error(exc.message, code=exc.code, field=exc.field)
+        except NotRunning as exc:
+            return ToolOutcome.error(f"{exc}, then call this tool again")
+        except AccessDenied as exc:
+            return ToolOutcome.error(str(exc))
+        except ClientError as exc:
+            name_of = ERROR_CODES.get(exc.code, ("error",))[0]
+            where = f" (argument {exc.field!r})" if exc.field else ""
+            return ToolOutcome.error(f"memoryd refused the call{where}: {exc.message} "
+                                     f"[error {exc.code} {name_of}]", code=exc.code, field=exc.field)
+        except (Disconnected, Timeout) as exc:
+            return ToolOutcome.error(str(exc))
+
+    # -- helpers -------------------------------------------------------------------------------
+    async def _visible(self, memory_id: str, include: tuple[str, ...] = ()) -> Memory:
+        """The memory, if this binding may see it; otherwise the same not-found as an unknown id."""
+        try:
+            memory = await self.client.get(memory_id, include=include)
+        except NotFound:
+            raise _not_visible(memory_id) from None
+        if not self.binding.can_see(memory):
+            raise _not_visible(memory_id)
+        return memory
+
+    def _scope_allowed(self, scope: str) -> None:
+        if scope not in self.binding.scopes:  # the schema's enum already says so; a second lock
+            raise ToolFailure(f"scope {scope!r} is not allowed for this agent "
+                              f"(allowed: {', '.join(self.binding.scopes)})", code=1005, field="scope")
+
+    # -- tools ------------------------------------------------------------------------------------
+    async def remember(self, args: dict[str, Any]) -> dict[str, Any]:
+        scope = args.get("scope") or self.binding.default_write_scope
+        self._scope_allowed(scope)
+        optional = {k: args[k] for k in ("kind", "importance", "metadata", "ttl_s") if k in args}
+        written = await self.client.write(args["content"], scope=scope, **optional,
+                                          **self.binding.write_owners())
+        return {"id": written.id, "scope": scope, "kind": args.get("kind", "auto"),
+                "recorded_at": written.recorded_at or "", "duplicate_of": written.duplicate_of,
+                "notices": list(written.notices)}
+
+    async def recall(self, args: dict[str, Any]) -> dict[str, Any]:
+        k = int(args.get("k", 10))
+        if "scope" in args:
+            self._scope_allowed(args["scope"])
+        params = {name: args[name] for name in ("kind", "scope", "mode", "as_of") if name in args}
+        fetch = k
+        while True:
+            found = await self.client.search(args["query"], k=fetch, **params, **self.binding.read_keys())
+            kept = [hit for hit in found.results if self.binding.can_see(hit)]
+            # Rows the binding may not read (org rows without 'org' in --scopes) took places in
+            # the answer: ask for more until k remain or the store has no more to give.
+            if len(kept) >= k or len(found.results) < fetch or fetch >= MAX_K:
+                break
+            fetch = min(MAX_K, fetch * 2 + (len(found.results) - len(kept)))
+        return {"results": [self._hit(hit) for hit in kept[:k]], "mode_used": found.mode_used,
+                "notices": list(found.notices)}
+
+    @staticmethod
+    def _hit(hit: SearchHit) -> dict[str, Any]:
+        return {"id": hit.id, "kind": hit.kind or "", "scope": hit.scope or "", "status": hit.status or "",
+                "score": hit.score, "importance": hit.importance, "time": _time(hit), "content": hit.content}
+
+    async def get_memory(self, args: dict[str, Any]) -> dict[str, Any]:
+        memory = await self._visible(args["id"], include=("history", "citations"))
+        return {
+            "id": memory.id, "kind": memory.kind or "", "scope": memory.scope or "",
+            "status": memory.status or "", "content": memory.content, "time": _time(memory),
+            "importance": memory.importance, "recorded_at": memory.recorded_at,
+            "valid_from": memory.valid_from, "valid_to": memory.valid_to, "retired_at": memory.retired_at,
+            "occurred_at": memory.occurred_at, "metadata": memory.metadata, "derived": memory.derived,
+            "pending": list(memory.pending), "citations": list(memory.citations or []),
+            "history": list(memory.history or []),
+        }
+
+    async def update_memory(self, args: dict[str, Any]) -> dict[str, Any]:
+        await self._visible(args["id"])
+        done = await self.client.supersede(args["id"], content=args["content"], reason=args.get("reason"),
+                                           **self.binding.write_owners())
+        return {"old_id": done.old_id, "new_id": done.new_id}
+
+    async def forget(self, args: dict[str, Any]) -> dict[str, Any]:
+        await self._visible(args["id"])
+        reason = args.get("reason") or "forgotten by an agent over MCP"
+        done = await self.client.forget(args["id"], reason=reason)
+        return {"id": args["id"], "request_id": done.request_id, "status": "deleting"}
+
+    async def memory_status(self, args: dict[str, Any]) -> dict[str, Any]:
+        status = await self.client.status()
+        backlog = {name: int(q.get("ready", 0)) + int(q.get("failed", 0)) + int(q.get("leased", 0))
+                   for name, q in status.queues.items()}
+        return {"health": status.health or "healthy", "problems": list(status.problems),
+                "version": status.version, "memories": dict(status.memories),
+                "backlog": {name: n for name, n in backlog.items() if n},
+                "reviews_open": int(status.reviews_open), "identity": self.binding.describe()}
