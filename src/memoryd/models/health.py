@@ -141,8 +141,8 @@ class CrashLedger:
                 return None
             crash, in_a_row = record.broken, max(record.in_a_row, self.broken_after)
         label = LABELS.get(model, model) + (f" {name}" if name else "")
-        return (f"the {label} crashed the model worker {in_a_row} times in a row "
-                f"({describe_exit(crash.code)} during {crash.op!r}); marked broken: {FIX}")
+        return (f"the {label} crashed the model worker {in_a_row} times in a row, the last time by "
+                f"{describe_exit(crash.code)} during {crash.op!r}; marked broken: {FIX}")
 
     def status(self, model: str, name: str | None = None) -> dict[str, Any]:
         """The crash fields of ``model``'s entry in daemon.status ``models``."""

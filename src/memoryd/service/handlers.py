@@ -13,14 +13,14 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 
 from memoryd import PROTOCOL_VERSION, __version__
-from memoryd.clock import utcnow
+from memoryd.clock import to_rfc3339, utcnow
 from memoryd.config import Config
 from memoryd.errors import InvalidParams, MemorydError, MethodNotFound, NotFound
 from memoryd.models.embedder import EmbedderAPI
 from memoryd.queue import jobs as jobq
 from memoryd.service import validation
 from memoryd.service.committer import GroupCommitter
-from memoryd.store import audit, entities, lifecycle, links, proposals, review, search
+from memoryd.store import audit, entities, lifecycle, links, listing, proposals, review, search
 from memoryd.store import memories as mem
 from memoryd.store.engine import read_only
 from memoryd.store.ids import is_memory_id
@@ -67,6 +67,7 @@ class Dispatcher:
             "memory.search": self.memory_search,
             "memory.supersede": self.memory_supersede,
             "memory.forget": self.memory_forget,
+            "memory.list": self.memory_list,
             "daemon.ping": self.ping,
             "daemon.status": self.status,
         }
@@ -77,6 +78,7 @@ class Dispatcher:
             "review.list": self.review_list,
             "review.decide": self.review_decide,
             "audit.verify": self.audit_verify,
+            "memory.export": self.memory_export,
         }
 
     def table(self, admin: bool) -> dict[str, Handler]:
@@ -92,21 +94,22 @@ class Dispatcher:
         return await asyncio.get_running_loop().run_in_executor(self.readers, fn, *args)
 
     # -- memory.* -------------------------------------------------------------
-    def _write_unit(self, method: str, params: dict[str, Any], peer: Peer
+    def _write_unit(self, method: str, params: dict[str, Any], peer: Peer, admin: bool = False
                     ) -> tuple[WriteUnit, Callable[[Any], Any]]:
-        """The unit a write method queues, and how its committed outcome becomes the answer."""
+        """The unit a write method queues, and how its committed outcome becomes the answer.
+        ``admin``: the request came in on the operator socket (an item may carry ``restore``)."""
         if method == "memory.write":
-            item = validation.parse_write(params, self.cfg)
+            item = validation.parse_write(params, self.cfg, admin=admin)
             return WriteUnit([item], peer.actor), lambda results: results[0]
-        items = validation.parse_write_many(params, self.cfg)
+        items = validation.parse_write_many(params, self.cfg, admin=admin)
         return WriteUnit(items, peer.actor), lambda results: {"results": results}
 
     def submit_write(self, method: str, params: dict[str, Any], peer: Peer,
-                     answer: Callable[[Any], None]) -> None:
+                     answer: Callable[[Any], None], admin: bool = False) -> None:
         """The socket's fast path for WRITE_METHODS: validate and queue now, and call
         ``answer`` (with the result, or the MemorydError) on the loop after the commit.
         Bad input or a full queue raises at once and queues nothing."""
-        unit, shape = self._write_unit(method, params, peer)
+        unit, shape = self._write_unit(method, params, peer, admin)
         self.committer.submit_callback(
             unit, lambda outcome: answer(outcome if isinstance(outcome, MemorydError) else shape(outcome)))
 
@@ -181,6 +184,33 @@ class Dispatcher:
             results.append(public)
         return {"results": results, "mode_used": outcome.mode_used,
                 "notices": notices + outcome.notices}
+
+    async def memory_list(self, params: dict[str, Any], peer: Peer) -> Any:
+        req = validation.parse_list(params, self.cfg)
+        notice = missing_key_notice(req.reader, req.scope)
+
+        def run() -> Any:
+            with read_only(self.engine) as conn:
+                try:
+                    page = listing.list_memories(conn, req, to_rfc3339(utcnow()))
+                except listing.BadCursor as exc:
+                    raise validation.cursor_error(exc) from exc
+            page["notices"] = [notice] if notice else []
+            return page
+
+        return await self._read(run)
+
+    async def memory_export(self, params: dict[str, Any], peer: Peer) -> Any:
+        req = validation.parse_export(params, self.cfg)
+
+        def run() -> Any:
+            with read_only(self.engine) as conn:
+                try:
+                    return listing.export_page(conn, req)
+                except listing.BadCursor as exc:
+                    raise validation.cursor_error(exc) from exc
+
+        return await self._read(run)
 
     def _vector_leg(self, req: search.SearchRequest, now: datetime) -> search.VectorLeg:
         vec = self.embedder.encode_query(req.query)

@@ -177,7 +177,7 @@ class SocketServer:
                 slots.release()
 
         try:
-            self.dispatcher.submit_write(req.method, req.params, peer, answer)
+            self.dispatcher.submit_write(req.method, req.params, peer, answer, admin=self.admin)
         except Exception as exc:  # bad input or a full queue (nothing was queued), or a bug
             slots.release()
             self._reply_failure(writer, req, exc)

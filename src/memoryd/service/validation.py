@@ -12,9 +12,10 @@ from typing import Any
 
 from memoryd.clock import normalize_rfc3339
 from memoryd.config import Config
-from memoryd.errors import InvalidParams, TooLarge
-from memoryd.store.memories import NewMemory, normalize_content, request_hash
-from memoryd.store.schema import OWNER_FIELDS, SCOPE_KEY, SCOPES
+from memoryd.errors import Forbidden, InvalidParams, TooLarge
+from memoryd.store.listing import EXPORTABLE_STATUSES, BadCursor, ExportRequest, ListRequest
+from memoryd.store.memories import NewMemory, Restore, normalize_content, request_hash
+from memoryd.store.schema import OWNER_FIELDS, SCOPE_KEY, SCOPES, STATUSES
 from memoryd.store.scope import Reader
 from memoryd.store.search import SearchRequest
 
@@ -22,7 +23,7 @@ MAX_OWNER_LEN = 256
 MAX_METADATA_BYTES = 65536
 WRITE_PARAMS = {
     "content", "kind", "scope", "agent_id", "user_id", "project", "session_id", "importance",
-    "valid_from", "valid_to", "ttl_s", "metadata", "idempotency_key",
+    "valid_from", "valid_to", "occurred_at", "ttl_s", "metadata", "idempotency_key",
 }
 SEARCH_PARAMS = {
     "query", "k", "scope", "agent_id", "user_id", "project", "session_id", "kind", "mode",
@@ -77,9 +78,12 @@ def _enum(params: Mapping[str, Any], name: str, choices: tuple[str, ...] | list[
     return value
 
 
-def parse_write(params: Mapping[str, Any], cfg: Config) -> NewMemory:
-    """Validate memory.write params."""
-    _unknown(params, WRITE_PARAMS)
+def parse_write(params: Mapping[str, Any], cfg: Config, *, admin: bool = False) -> NewMemory:
+    """Validate memory.write params (``restore`` only from the operator socket)."""
+    if "restore" in params and not admin:
+        raise Forbidden("'restore' is served on the operator socket only (memoryd import uses it)",
+                        data={"field": "restore"})
+    _unknown(params, WRITE_PARAMS | {"restore"} if admin else WRITE_PARAMS)
     content = params.get("content")
     if not isinstance(content, str):
         raise InvalidParams("content", "is required and must be a string")
@@ -113,6 +117,7 @@ def parse_write(params: Mapping[str, Any], cfg: Config) -> NewMemory:
     valid_to = opt_time(params, "valid_to")
     if valid_from and valid_to and valid_to <= valid_from:
         raise InvalidParams("valid_to", "must be later than valid_from")
+    occurred_at = opt_time(params, "occurred_at")
     ttl_s = _number(params, "ttl_s")
     if ttl_s is not None and ttl_s <= 0:
         raise InvalidParams("ttl_s", "must be a positive number of seconds")
@@ -127,17 +132,19 @@ def parse_write(params: Mapping[str, Any], cfg: Config) -> NewMemory:
     if len(json.dumps(metadata)) > MAX_METADATA_BYTES:
         raise TooLarge(f"metadata is larger than {MAX_METADATA_BYTES} bytes", field="metadata")
     idem = opt_str(params, "idempotency_key")
+    restore = parse_restore(params["restore"]) if "restore" in params else None
     return NewMemory(
         content=content, kind=kind, scope=scope, owner=owner,
         agent_id=owners["agent_id"], user_id=owners["user_id"], project=owners["project"],
         session_id=owners["session_id"], importance=0.5 if importance is None else importance,
-        valid_from=valid_from, valid_to=valid_to, ttl_s=ttl_s, metadata=metadata,
+        valid_from=valid_from, valid_to=valid_to, occurred_at=occurred_at, ttl_s=ttl_s, metadata=metadata,
         # Only a keyed write is ever compared with an earlier request.
         idempotency_key=idem, request_hash=request_hash(dict(params)) if idem is not None else "",
+        restore=restore,
     )
 
 
-def parse_write_many(params: Mapping[str, Any], cfg: Config) -> list[NewMemory]:
+def parse_write_many(params: Mapping[str, Any], cfg: Config, *, admin: bool = False) -> list[NewMemory]:
     """Validate memory.write_many params; an item's error names ``items[i].field``."""
     _unknown(params, {"items"})
     items = params.get("items")
@@ -148,8 +155,8 @@ def parse_write_many(params: Mapping[str, Any], cfg: Config) -> list[NewMemory]:
         if not isinstance(item, dict):
             raise InvalidParams(f"items[{i}]", "must be an object")
         try:
-            out.append(parse_write(item, cfg))
-        except (InvalidParams, TooLarge) as exc:
+            out.append(parse_write(item, cfg, admin=admin))
+        except (InvalidParams, TooLarge, Forbidden) as exc:
             exc.data["field"] = f"items[{i}].{exc.data.get('field')}"
             exc.data["index"] = i
             raise
@@ -247,3 +254,135 @@ def parse_forget(params: Mapping[str, Any]) -> tuple[str | None, dict[str, str] 
     if not isinstance(tombstone, bool):
         raise InvalidParams("tombstone", "must be true or false")
     return memory_id, parsed_subject, opt_str(params, "reason", 2000), tombstone
+
+
+RESTORE_PARAMS = {
+    "source_id", "status", "recorded_at", "retired_at", "expires_at", "derived", "importance_raw",
+    "corroboration", "access_count", "last_accessed_at", "kind_method", "kind_confidence", "links",
+}
+RESTORABLE_STATUSES = EXPORTABLE_STATUSES
+LINK_KINDS = ("supersedes", "merged_into", "cites")
+
+
+def parse_restore(value: Any) -> Restore:
+    """Validate a write item's ``restore`` block (memoryd import; operator socket only).
+
+    It carries what a client may not otherwise set: the row's status, its
+    record times, counters, and links to rows already in the store.
+    """
+    if not isinstance(value, dict):
+        raise InvalidParams("restore", "must be an object")
+    extra = sorted(set(value) - RESTORE_PARAMS)
+    if extra:
+        raise InvalidParams(f"restore.{extra[0]}",
+                            f"unknown field; expected some of {sorted(RESTORE_PARAMS)}")
+
+    def sub(name: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(value, name, *args)
+        except InvalidParams as exc:
+            raise InvalidParams(f"restore.{name}", exc.message.split(": ", 1)[-1]) from exc
+
+    status = sub("status", _enum, RESTORABLE_STATUSES, "active")
+    recorded_at = sub("recorded_at", opt_time)
+    if recorded_at is None:
+        raise InvalidParams("restore.recorded_at", "is required (the time the row was first recorded)")
+    derived = value.get("derived", False)
+    if not isinstance(derived, bool):
+        raise InvalidParams("restore.derived", "must be true or false")
+    importance_raw = sub("importance_raw", _number)
+    if importance_raw is not None and not 0.0 <= importance_raw <= 1.0:
+        raise InvalidParams("restore.importance_raw", "must be between 0 and 1")
+    kind_confidence = sub("kind_confidence", _number)
+    counts = {name: sub(name, int_param, 1 if name == "corroboration" else 0, 0, 2**31 - 1)
+              for name in ("corroboration", "access_count")}
+    return Restore(
+        source_id=sub("source_id", opt_str, 64), status=status or "active", recorded_at=recorded_at,
+        retired_at=sub("retired_at", opt_time), expires_at=sub("expires_at", opt_time),
+        derived=derived, importance_raw=importance_raw, corroboration=counts["corroboration"],
+        access_count=counts["access_count"], last_accessed_at=sub("last_accessed_at", opt_time),
+        kind_method=sub("kind_method", opt_str, 16), kind_confidence=kind_confidence,
+        links=_restore_links(value.get("links", [])),
+    )
+
+
+def _restore_links(value: Any) -> tuple[tuple[str, str, str, str | None], ...]:
+    """``links``: [{kind, to | from, created_at?}] → (kind, src role, other id, created_at)."""
+    if not isinstance(value, list) or len(value) > 1000:
+        raise InvalidParams("restore.links", "must be a list of at most 1000 links")
+    out = []
+    for i, link in enumerate(value):
+        where = f"restore.links[{i}]"
+        if not isinstance(link, dict) or link.get("kind") not in LINK_KINDS:
+            raise InvalidParams(where, f"must be an object with kind one of {list(LINK_KINDS)}")
+        extra = sorted(set(link) - {"kind", "to", "from", "created_at"})
+        if extra or ("to" in link) == ("from" in link):
+            raise InvalidParams(where, "give kind and exactly one of to or from (and created_at)")
+        direction = "to" if "to" in link else "from"
+        other = link[direction]
+        if not isinstance(other, str) or not other:
+            raise InvalidParams(f"{where}.{direction}", "must be a memory id")
+        try:
+            created_at = opt_time(link, "created_at")
+        except InvalidParams as exc:
+            raise InvalidParams(f"{where}.created_at", "must be an RFC 3339 timestamp") from exc
+        out.append((link["kind"], direction, other, created_at))
+    return tuple(out)
+
+
+LIST_PARAMS = {"scope", "kind", "status", "limit", "cursor", *OWNER_FIELDS}
+EXPORT_PARAMS = {"scope", "kind", "status", "limit", "cursor", "with_vectors", *OWNER_FIELDS}
+
+
+def _statuses(params: Mapping[str, Any], allowed: tuple[str, ...],
+              default: tuple[str, ...]) -> tuple[str, ...]:
+    """``status``: one status or a list of them."""
+    value = params.get("status")
+    if value is None:
+        return default
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not values or any(v not in allowed for v in values):
+        raise InvalidParams("status", f"must be one of {list(allowed)}, or a non-empty list of them")
+    return tuple(dict.fromkeys(values))
+
+
+def _cursor(params: Mapping[str, Any]) -> str | None:
+    cursor = params.get("cursor")
+    if cursor is not None and (not isinstance(cursor, str) or not cursor or len(cursor) > 512):
+        raise InvalidParams("cursor", "must be the next_cursor of an earlier page")
+    return cursor
+
+
+def parse_list(params: Mapping[str, Any], cfg: Config) -> ListRequest:
+    """Validate memory.list params: owner fields are access keys, as in memory.search."""
+    _unknown(params, LIST_PARAMS)
+    return ListRequest(
+        reader=Reader(**{name: opt_str(params, name) for name in OWNER_FIELDS}),
+        scope=_enum(params, "scope", SCOPES, None),
+        kind=_enum(params, "kind", ["auto", *cfg.kinds], None),
+        statuses=_statuses(params, STATUSES, ("active",)),
+        limit=int_param(params, "limit", 50, 1, 1000),
+        cursor=_cursor(params),
+    )
+
+
+def parse_export(params: Mapping[str, Any], cfg: Config) -> ExportRequest:
+    """Validate memory.export params: owner fields filter the rows' own columns."""
+    _unknown(params, EXPORT_PARAMS)
+    with_vectors = params.get("with_vectors", False)
+    if not isinstance(with_vectors, bool):
+        raise InvalidParams("with_vectors", "must be true or false")
+    owners = tuple((name, value) for name in OWNER_FIELDS
+                   if (value := opt_str(params, name)) is not None)
+    return ExportRequest(
+        owners=owners, scope=_enum(params, "scope", SCOPES, None),
+        kind=_enum(params, "kind", ["auto", *cfg.kinds], None),
+        statuses=_statuses(params, EXPORTABLE_STATUSES, EXPORTABLE_STATUSES),
+        limit=int_param(params, "limit", 500, 1, 1000), cursor=_cursor(params),
+        with_vectors=with_vectors,
+    )
+
+
+def cursor_error(exc: BadCursor) -> InvalidParams:
+    """-32602 for a cursor the listing cannot read."""
+    return InvalidParams("cursor", f"{exc}; start again without a cursor")

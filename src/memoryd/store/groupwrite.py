@@ -57,8 +57,9 @@ class _Live:
 
 
 def is_plain(items: Sequence[NewMemory]) -> bool:
-    """Whether a unit's items can take the fast path (no idempotency key to honour)."""
-    return all(item.idempotency_key is None for item in items)
+    """Whether a unit's items can take the fast path (no idempotency key to honour, no
+    imported state to restore)."""
+    return all(item.idempotency_key is None and item.restore is None for item in items)
 
 
 def identity(item: NewMemory) -> Identity:
@@ -106,7 +107,7 @@ def live_rows(conn: Connection, keys: set[Identity]) -> dict[Identity, _Live]:
 
 _NEW_ROW_COLUMNS = ("id", "content", "content_hash", "kind", "scope", "owner", "agent_id", "user_id",
                     "project", "session_id", "status", "importance", "importance_raw", "valid_from",
-                    "valid_to", "recorded_at", "expires_at", "derived", "metadata")
+                    "valid_to", "occurred_at", "recorded_at", "expires_at", "derived", "metadata")
 
 
 def _insert_rows(conn: Connection, rows: list[dict[str, Any]]) -> None:

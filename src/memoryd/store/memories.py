@@ -13,10 +13,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, and_, bindparam, delete, insert, select, update
 
-from memoryd.clock import to_rfc3339
-from memoryd.errors import Conflict, Tombstoned
+from memoryd.clock import parse_rfc3339, to_rfc3339
+from memoryd.errors import Conflict, NotFound, Tombstoned
 from memoryd.queue import jobs as jobq
-from memoryd.store import audit
+from memoryd.store import audit, links
 from memoryd.store.ids import new_memory_id
 from memoryd.store.schema import LIVE_STATUSES, idempotency_keys, memories, tombstones
 
@@ -29,6 +29,29 @@ def normalize_content(content: str) -> str:
 def content_hash(content: str) -> str:
     """sha256 of the normalised content (duplicates and tombstones compare this)."""
     return hashlib.sha256(normalize_content(content).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Restore:
+    """What an import restores of an exported row beyond the write params (operator only).
+
+    ``links`` are (kind, "to" | "from", other memory id, created_at): the new
+    row is the link's source for "to" and its target for "from".
+    """
+
+    recorded_at: str
+    status: str = "active"
+    source_id: str | None = None
+    retired_at: str | None = None
+    expires_at: str | None = None
+    derived: bool = False
+    importance_raw: float | None = None
+    corroboration: int = 1
+    access_count: int = 0
+    last_accessed_at: str | None = None
+    kind_method: str | None = None
+    kind_confidence: float | None = None
+    links: tuple[tuple[str, str, str, str | None], ...] = ()
 
 
 @dataclass
@@ -46,6 +69,8 @@ class NewMemory:
     importance: float = 0.5
     valid_from: str | None = None
     valid_to: str | None = None
+    #: When the remembered thing happened or was said (protocol 1.1), if the writer knows.
+    occurred_at: str | None = None
     ttl_s: float | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     idempotency_key: str | None = None
@@ -54,6 +79,8 @@ class NewMemory:
     #: Derived memories (extract) start as candidates; writes from clients are active.
     status: str = "active"
     derived: bool = False
+    #: An imported row's state (memoryd import); such a write takes the per-write path.
+    restore: Restore | None = None
 
     @property
     def hash(self) -> str:
@@ -100,7 +127,10 @@ def write_memory(conn: Connection, req: NewMemory, now: datetime, ctx: WriteCont
     if is_tombstoned(conn, req.scope, req.owner, chash):
         raise tombstoned_error()
 
-    dup = conn.execute(
+    # A restored row that is history (superseded, rejected, archived) is kept as it was:
+    # only a live row can be a duplicate of another.
+    history = req.restore is not None and req.restore.status not in LIVE_STATUSES
+    dup = None if history else conn.execute(
         select(memories.c.id, memories.c.recorded_at, memories.c.corroboration).where(
             memories.c.scope == req.scope,
             memories.c.owner == req.owner,
@@ -117,6 +147,8 @@ def write_memory(conn: Connection, req: NewMemory, now: datetime, ctx: WriteCont
         result: dict[str, Any] = duplicate_result(dup.id, dup.recorded_at)
     else:
         result = _insert_new(conn, req, chash, now, ctx)
+    if req.restore is not None and req.restore.links:
+        _restore_links(conn, result["id"], req.restore, now)
 
     if req.idempotency_key is not None:
         # An expired key may linger until pruned; it must not block the key's reuse.
@@ -137,10 +169,20 @@ def write_memory(conn: Connection, req: NewMemory, now: datetime, ctx: WriteCont
 def _insert_new(conn: Connection, req: NewMemory, chash: str, now: datetime,
                 ctx: WriteContext) -> dict[str, Any]:
     values = new_row(req, chash, now)
+    passes: Sequence[str] = ctx.passes
+    if req.restore is not None:
+        values.update(restored_values(req.restore, req.importance))
+        # An imported row brings its derived rows along: it is embedded again, not re-extracted.
+        passes = [p for p in ctx.passes if p in RESTORED_PASSES]
     conn.execute(insert(memories).values(**values))
-    audit.append_many(conn, [write_event(values, ctx.actor)])
+    event = write_event(values, ctx.actor)
+    if req.restore is not None:
+        # Stamped now: the import happens now, whatever time the row was first recorded.
+        event = audit.Event(to_rfc3339(now), event.actor, "memory.import", event.memory_id,
+                            {**event.detail, "source_id": req.restore.source_id})
+    audit.append_many(conn, [event])
     queued = []
-    for pass_name in ctx.passes:
+    for pass_name in passes:
         jobq.enqueue(conn, pass_name, values["id"], now=now.timestamp(), max_attempts=ctx.max_attempts)
         queued.append(pass_name)
     return new_result(values, queued)
@@ -165,6 +207,7 @@ def new_row(req: NewMemory, chash: str, now: datetime) -> dict[str, Any]:
         "importance_raw": req.importance,
         "valid_from": req.valid_from or recorded_at,
         "valid_to": req.valid_to,
+        "occurred_at": req.occurred_at,
         "recorded_at": recorded_at,
         "expires_at": to_rfc3339(now + timedelta(seconds=req.ttl_s)) if req.ttl_s else None,
         "derived": req.derived,
@@ -172,8 +215,43 @@ def new_row(req: NewMemory, chash: str, now: datetime) -> dict[str, Any]:
     }
 
 
+#: Passes an imported row is queued for.
+RESTORED_PASSES = ("embed",)
+
+
+def restored_values(restore: Restore, importance: float) -> dict[str, Any]:
+    """Columns an import sets from the exported row instead of from ``now``."""
+    recorded_ms = int(parse_rfc3339(restore.recorded_at).timestamp() * 1000)
+    return {
+        # The id keeps the original's time order (ids sort by creation time).
+        "id": new_memory_id(recorded_ms),
+        "status": restore.status,
+        "recorded_at": restore.recorded_at,
+        "retired_at": restore.retired_at,
+        "expires_at": restore.expires_at,
+        "derived": restore.derived,
+        "importance_raw": importance if restore.importance_raw is None else restore.importance_raw,
+        "corroboration": restore.corroboration,
+        "access_count": restore.access_count,
+        "last_accessed_at": restore.last_accessed_at,
+        "kind_method": restore.kind_method,
+        "kind_confidence": restore.kind_confidence,
+    }
+
+
+def _restore_links(conn: Connection, memory_id: str, restore: Restore, now: datetime) -> None:
+    """Lay an imported row's links to rows already in the store (1002 when one is missing)."""
+    for i, (kind, direction, other, created_at) in enumerate(restore.links):
+        if get_row(conn, other) is None:
+            raise NotFound(f"restore.links[{i}] names {other!r}, which is not in the store; "
+                           "import the rows it links to first",
+                           data={"field": f"restore.links[{i}].{direction}"})
+        src, dst = (memory_id, other) if direction == "to" else (other, memory_id)
+        links.add(conn, src, dst, kind, created_at or to_rfc3339(now))
+
+
 _WRITE_DETAIL = ("content_hash", "kind", "scope", "owner", "status", "importance", "valid_from",
-                 "valid_to", "expires_at")
+                 "valid_to", "occurred_at", "expires_at")
 
 
 def write_event(values: dict[str, Any], actor: str) -> audit.Event:
@@ -241,7 +319,7 @@ def request_hash(params: dict[str, Any]) -> str:
 PUBLIC_FIELDS = (
     "id", "content", "kind", "scope", "agent_id", "user_id", "project", "session_id", "status",
     "importance", "importance_raw", "access_count", "last_accessed_at", "valid_from", "valid_to",
-    "recorded_at", "retired_at", "expires_at", "metadata", "derived", "corroboration",
+    "occurred_at", "recorded_at", "retired_at", "expires_at", "metadata", "derived", "corroboration",
     "kind_method", "kind_confidence",
 )
 

@@ -1,0 +1,315 @@
+"""``memoryd list``, ``memoryd export`` and ``memoryd import``: browsing and moving memories.
+
+Thin click shells: ``list`` over memory.list (agent socket), ``export`` over
+memory.export (operator socket) and ``import`` over memory.write_many
+(operator socket) through :mod:`memoryd.exchange`. Heavy imports (rich) wait
+until a command runs, so registering these commands costs the CLI's start
+nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import click
+
+from memoryd import __version__
+from memoryd.cli import (
+    EXIT_DENIED,
+    EXIT_ERROR,
+    EXIT_NOT_RUNNING,
+    _call,
+    _owners,
+    _print_json,
+    client_options,
+    owner_options,
+)
+from memoryd.config import Config
+
+SCOPE_CHOICE = click.Choice(["agent", "user", "session", "project", "org"])
+STATUS_CHOICE = click.Choice(["active", "candidate", "superseded", "rejected", "archived", "deleting",
+                              "forgotten"])
+EXPORT_STATUS_CHOICE = click.Choice(["active", "candidate", "superseded", "rejected", "archived"])
+EXPORT_PAGE = 500
+
+
+@contextlib.contextmanager
+def _session(cfg: Config, admin: bool) -> Iterator[Callable[[str, dict[str, Any]], Any]]:
+    """One connection for many calls; a daemon that is down or refuses ends the command
+    with the same messages and exit codes as every other command."""
+    from memoryd.service.client import AccessDenied, Client, ClientError, NotRunning
+
+    path = cfg.admin_socket() if admin else cfg.resolved_socket()
+    try:
+        with Client(path, timeout_s=120.0) as client:
+            yield lambda method, params: client.call(method, params)
+    except NotRunning as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(EXIT_NOT_RUNNING)
+    except AccessDenied as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(EXIT_DENIED)
+    except ClientError as exc:
+        field = exc.data.get("field")
+        click.echo(f"Error {exc.code}: {exc.message}{f' [field: {field}]' if field else ''}", err=True)
+        sys.exit(EXIT_ERROR)
+    except (ConnectionError, TimeoutError) as exc:
+        click.echo(f"Error: the connection to memoryd broke ({exc}); run the command again", err=True)
+        sys.exit(EXIT_ERROR)
+
+
+class _Progress:
+    """A progress bar on stderr when stderr is a terminal; silent otherwise."""
+
+    def __init__(self, label: str, enabled: bool):
+        self.label = label
+        self.bar: Any = None
+        self.task: Any = None
+        self.enabled = enabled
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            self.bar = Progress(f"[bold]{self.label}", BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+            self.bar.__enter__()
+        return self
+
+    def start(self, total: int | None) -> None:
+        if self.bar is not None:
+            self.task = self.bar.add_task(self.label, total=total)
+
+    def advance(self, n: int) -> None:
+        if self.bar is not None and self.task is not None:
+            self.bar.advance(self.task, n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+
+def _status_params(status: tuple[str, ...]) -> dict[str, Any]:
+    if not status:
+        return {}
+    return {"status": status[0] if len(status) == 1 else list(status)}
+
+
+@click.command("list")
+@client_options
+@owner_options
+@click.option("--scope", type=SCOPE_CHOICE, default=None, help="Only this scope.")
+@click.option("--kind", default=None, help="Only this kind.")
+@click.option("--status", multiple=True, type=STATUS_CHOICE,
+              help="Only these statuses (repeatable; default active).")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True,
+              help="Memories per page.")
+@click.option("--cursor", default=None, help="Continue from an earlier page's next_cursor.")
+@click.option("--all", "all_pages", is_flag=True, help="Follow the cursor to the last page.")
+def list_cmd(cfg: Config, as_json: bool, scope: str | None, kind: str | None, status: tuple[str, ...],
+             limit: int, cursor: str | None, all_pages: bool, **owners: str | None) -> None:
+    """List the memories the given owner fields may see, newest first.
+
+    Owner fields are access keys, as in `memoryd search`: no key, no rows of
+    that scope (org rows are always visible).
+
+    \b
+    Example:
+      memoryd list --project api --scope project --kind decision
+      memoryd list --agent-id demo --all --json | jq '.memories | length'
+    """
+    params: dict[str, Any] = {"limit": limit, **_owners(**owners), **_status_params(status)}
+    for name, value in (("scope", scope), ("kind", kind), ("cursor", cursor)):
+        if value:
+            params[name] = value
+    if not all_pages:
+        result = _call(cfg, "memory.list", params)
+    else:
+        rows: list[dict[str, Any]] = []
+        notices: list[str] = []
+        with _session(cfg, admin=False) as call:
+            while True:
+                page = call("memory.list", params)
+                rows += page["memories"]
+                notices = page.get("notices", notices)
+                if not page["next_cursor"]:
+                    break
+                params["cursor"] = page["next_cursor"]
+        result = {"memories": rows, "next_cursor": None, "notices": notices}
+    if as_json:
+        _print_json(result)
+        return
+    _print_list(result)
+
+
+def _print_list(result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from memoryd.statusview import console
+
+    for notice in result.get("notices", []):
+        console.print(f"note: {notice}", style="yellow")
+    table = Table(show_lines=False)
+    for name in ("recorded_at", "id", "kind", "scope", "status", "content"):
+        table.add_column(name, overflow="fold" if name == "content" else "ellipsis")
+    for row in result["memories"]:
+        content = row.get("content") or ""
+        table.add_row(str(row.get("recorded_at") or "")[:19], row["id"], str(row.get("kind") or ""),
+                      str(row.get("scope") or ""), row["status"],
+                      content if len(content) <= 200 else content[:199] + "…")
+    console.print(table)
+    if result.get("next_cursor"):
+        click.echo(f"more: add --cursor {result['next_cursor']} (or --all)", err=True)
+
+
+def _owner_filters(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Owner fields as export filters: no environment variables, so a shell's
+    MEMORYD_AGENT_ID never narrows an export by accident."""
+    for name in reversed(("agent-id", "user-id", "project", "session-id")):
+        fn = click.option(f"--{name}", default=None,
+                          help=f"Only rows whose {name.replace('-', '_')} is this.")(fn)
+    return fn
+
+
+@click.command("export")
+@click.option("--socket", "socket_path", default=None, metavar="PATH",
+              help="Agent socket path; the operator socket beside it is used.")
+@click.option("--config", "config_path", default=None, metavar="FILE", help="Config file.")
+@_owner_filters
+@click.option("--scope", type=SCOPE_CHOICE, default=None, help="Only this scope.")
+@click.option("--kind", default=None, help="Only this kind.")
+@click.option("--status", multiple=True, type=EXPORT_STATUS_CHOICE,
+              help="Only these statuses (repeatable; default every status but forgotten ones).")
+@click.option("--with-vectors", is_flag=True, help="Include each memory's embedding.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write to FILE instead of stdout.")
+def export_cmd(socket_path: str | None, config_path: str | None, scope: str | None, kind: str | None,
+               status: tuple[str, ...], with_vectors: bool, output: str | None,
+               **owners: str | None) -> None:
+    """Write memories as JSON Lines (docs/export-format.md), with a progress bar on stderr.
+
+    Owner fields here select rows carrying that value (an operator's export of
+    a subject), not access keys. Forgotten rows, and rows being forgotten, are
+    never exported. Uses the operator socket.
+
+    \b
+    Example:
+      memoryd export > memories.jsonl
+      memoryd export --user-id alice --with-vectors -o alice.jsonl
+    """
+    from memoryd.cli import _load
+    from memoryd.clock import to_rfc3339, utcnow
+    from memoryd.exchange import exportfile
+
+    cfg = _load(config_path, socket_path)
+    params: dict[str, Any] = {"limit": EXPORT_PAGE, **_owners(**owners), **_status_params(status)}
+    if scope:
+        params["scope"] = scope
+    if kind:
+        params["kind"] = kind
+    if with_vectors:
+        params["with_vectors"] = True
+    filters = {k: v for k, v in params.items() if k not in ("limit", "with_vectors")}
+    target: IO[str] = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+    count = 0
+    try:
+        with _session(cfg, admin=True) as call, _Progress("export", sys.stderr.isatty()) as bar:
+            page = call("memory.export", params)
+            bar.start(page.get("total"))
+            exportfile.dump(exportfile.header(
+                exported_at=to_rfc3339(utcnow()), memoryd_version=__version__, filters=filters,
+                with_vectors=with_vectors, total=page.get("total", 0)), target)
+            while True:
+                for memory in page["memories"]:
+                    exportfile.dump(exportfile.memory_record(memory), target)
+                count += len(page["memories"])
+                bar.advance(len(page["memories"]))
+                if not page["next_cursor"]:
+                    break
+                page = call("memory.export", {**params, "cursor": page["next_cursor"]})
+            exportfile.dump(exportfile.end(count), target)
+            target.flush()
+    finally:
+        if output:
+            target.close()
+    click.echo(f"exported {count} memories", err=True)
+
+
+@click.command("import")
+@click.option("--socket", "socket_path", default=None, metavar="PATH",
+              help="Agent socket path; the operator socket beside it is used.")
+@click.option("--config", "config_path", default=None, metavar="FILE", help="Config file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option("--batch-size", type=click.IntRange(1, 1000), default=500, show_default=True,
+              help="Memories per memory.write_many call.")
+def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, file: str,
+               batch_size: int) -> None:
+    """Write the memories of an export into this store through memory.write_many.
+
+    Each line is written with an idempotency key derived from it, so an import
+    that was interrupted can be run again: nothing is written twice (within
+    the idempotency window, 48 h by default). Status, record times, citations
+    and links are restored. Prints written, duplicates and refused lines.
+
+    Exit code 0 when every line was imported, 1 when some were refused.
+
+    \b
+    Example:
+      memoryd import memories.jsonl
+      memoryd import --json memories.jsonl | jq .refused
+    """
+    from memoryd.cli import _load
+    from memoryd.exchange import exportfile
+    from memoryd.exchange.importer import Importer
+    from memoryd.service.client import ClientError
+
+    cfg = _load(config_path, socket_path)
+    stream: IO[str] = sys.stdin if file == "-" else open(file, encoding="utf-8")  # noqa: SIM115
+    try:
+        export = exportfile.read(stream)
+    except exportfile.FormatError as exc:
+        raise click.ClickException(f"{file}: {exc}") from exc
+    finally:
+        if file != "-":
+            stream.close()
+    with _session(cfg, admin=True) as call, _Progress("import", sys.stderr.isatty() and not as_json) as bar:
+        bar.start(len(export.memories))
+        importer = Importer(call, batch_size=batch_size, progress=bar.advance)
+        try:
+            summary = importer.run(export)
+        except ClientError as exc:
+            done = importer.summary.written + importer.summary.duplicates
+            click.echo(f"Error {exc.code}: {exc.message}; {done} of {len(export.memories)} lines were "
+                       "imported; run the same import again to finish (nothing is written twice)",
+                       err=True)
+            sys.exit(EXIT_ERROR)
+    report = summary.as_dict()
+    if as_json:
+        _print_json(report)
+    else:
+        _print_summary(report, Path(file).name)
+    sys.exit(1 if summary.refused or summary.bad_lines else 0)
+
+
+def _print_summary(report: dict[str, Any], name: str) -> None:
+    click.echo(f"{name}: {report['records']} memories read; {report['written']} written, "
+               f"{report['duplicates']} duplicates of existing memories, {len(report['refused'])} refused")
+    click.echo(f"links: {report['links_restored']} restored, {report['links_skipped']} skipped "
+               "(their other memory is not in this export or was refused)")
+    for refusal in report["refused"]:
+        click.echo(f"  refused line {refusal['line']} ({refusal['id']}): {refusal['reason']}")
+    for bad in report["bad_lines"]:
+        click.echo(f"  unreadable line {bad['line']}: {bad['reason']}")
+    if not report["complete"]:
+        click.echo("warning: the file has no end record: the export was cut short; what it holds was "
+                   "imported", err=True)
+
+
+#: Registered on ``memoryd`` by cli.py.
+DATA_COMMANDS = (list_cmd, export_cmd, import_cmd)
