@@ -182,14 +182,25 @@ def _merge_toml(path: Path, old_text: str, name: str, entry: dict[str, Any]) -> 
     kept: list[str] = []
     insert_at: int | None = None
     skipping = False
+    # Blank and comment lines closing a skipped table belong to what follows (a separation,
+    # or a comment above the next table): they are kept.
+    blanks: list[str] = []
     for line in lines:
         header = _header_path(line)
         if header is not None:
-            skipping = header[:2] == ["mcp_servers", name]
+            ours = header[:2] == ["mcp_servers", name]
+            if skipping and not ours:
+                kept.extend(blanks)
+            skipping, blanks = ours, []
             if skipping and insert_at is None:
                 insert_at = len(kept)
         if not skipping:
             kept.append(line)
+        elif not line.strip() or line.lstrip().startswith("#"):
+            blanks.append(line)
+        else:
+            blanks = []
+    kept.extend(blanks)
     had_entry = name in before.get("mcp_servers", {})
     if had_entry and insert_at is None:
         raise ConfigFileProblem(
@@ -203,7 +214,7 @@ def _merge_toml(path: Path, old_text: str, name: str, entry: dict[str, Any]) -> 
             text += "\n"  # a blank line between the last table and ours
         new_text = text + block
     else:
-        kept.insert(insert_at, block + "\n")
+        kept.insert(insert_at, block)
         new_text = "".join(kept)
     try:
         after = tomllib.loads(new_text)
@@ -253,10 +264,21 @@ def plan(client: EditorClient, path: Path, level: str, name: str, entry: dict[st
     return InstallPlan(client, path, level, old_text, merge(client, path, old_text, check_name(name), entry))
 
 
+def _free_backup_name(path: Path, stamp: str) -> Path:
+    # Two installs within a second must not overwrite the first backup (the original file).
+    backup = path.with_name(f"{path.name}.memoryd-backup-{stamp}")
+    n = 1
+    while backup.exists():
+        n += 1
+        backup = path.with_name(f"{path.name}.memoryd-backup-{stamp}-{n}")
+    return backup
+
+
 def apply(install: InstallPlan, *, now: float | None = None) -> Path | None:
     """Write the merged file; return the backup of the old one (None when there was none).
 
-    The old file is copied to ``NAME.memoryd-backup-YYYYmmddTHHMMSS`` first, and
+    The old file is copied to ``NAME.memoryd-backup-YYYYmmddTHHMMSS`` first (a free
+    name: an earlier backup is never overwritten), and
     the new text replaces it atomically (same directory, then rename), keeping
     its permission bits. An unchanged file is not touched.
     """
@@ -267,8 +289,7 @@ def apply(install: InstallPlan, *, now: float | None = None) -> Path | None:
     backup = None
     mode = 0o644
     if install.old_text is not None:
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(now))
-        backup = path.with_name(f"{path.name}.memoryd-backup-{stamp}")
+        backup = _free_backup_name(path, time.strftime("%Y%m%dT%H%M%S", time.localtime(now)))
         shutil.copy2(path, backup)
         mode = path.stat().st_mode & 0o7777
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
