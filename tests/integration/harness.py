@@ -110,6 +110,8 @@ class DaemonHandle:
     python: str = sys.executable
     user: int | None = None
     group: int | None = None
+    #: More ``memoryd run`` options, after the defaults (click keeps the last of a repeated one).
+    extra_args: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
     #: Set for daemons the fixture must stop at teardown (and expect exit 0 from).
     expect_clean_exit: bool = True
@@ -135,7 +137,7 @@ class DaemonHandle:
                 "--log-format", "json"]
         if self.config_path is not None:
             args += ["--config", str(self.config_path)]
-        return args
+        return args + self.extra_args
 
     # -- process -------------------------------------------------------------
     @property
@@ -330,13 +332,18 @@ class RawConnection:
         return msg
 
     def nothing_more_within(self, seconds: float) -> bool:
-        """True when no further byte arrives within ``seconds`` (used to show a non-answer)."""
+        """True when no further byte arrives within ``seconds`` and the connection stays open.
+
+        Used to show a non-answer. A connection the daemon closed is not a
+        non-answer (a crash closes it too), so it gives False, as any byte does.
+        """
         if self._buf:
             return False
         previous = self.sock.gettimeout()
         self.sock.settimeout(seconds)
         try:
-            return not self.sock.recv(1)  # b"" would mean closed, which is also "no answer"
+            self.sock.recv(1)  # a byte is an answer; b"" means the daemon closed the connection
+            return False
         except TimeoutError:
             return True
         finally:
