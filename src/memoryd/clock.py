@@ -27,7 +27,8 @@ def to_rfc3339(dt: datetime) -> str:
     """
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat pads the year to four digits; strftime's %Y writes year 999 as "999".
+    return dt.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def parse_rfc3339(text: str) -> datetime:

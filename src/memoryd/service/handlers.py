@@ -306,9 +306,7 @@ class Dispatcher:
         return await self._read(run)
 
     async def queue_retry(self, params: dict[str, Any], peer: Peer) -> Any:
-        ids = params.get("ids", [])
-        if not isinstance(ids, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
-            raise InvalidParams("ids", "must be a list of job ids (integers)")
+        ids = validation.job_ids(params)
         pass_name = validation.opt_str(params, "pass", 32)
         if not ids and not pass_name and params.get("all") is not True:
             raise InvalidParams("ids", "name job ids, a pass, or set all=true")

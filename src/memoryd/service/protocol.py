@@ -39,7 +39,10 @@ def decode(line: bytes) -> Request:
     try:
         # Strict JSON: Python would accept NaN/Infinity and overflow 1e400 to inf, and then
         # echo them back in a reply that no JSON parser reads.
-        obj = json.loads(line, parse_constant=_reject_constant, parse_float=_finite_float)
+        # Frames are UTF-8 (PROTOCOL.md); json.loads would guess UTF-16 or UTF-32 from raw bytes.
+        # A leading byte order mark is ignored, as RFC 8259 allows.
+        text = line.decode("utf-8-sig")
+        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, the hooks, int digit limit
         raise ParseError(f"the frame is not valid JSON ({exc}); send one JSON object per line") from exc
     except RecursionError:
@@ -81,4 +84,9 @@ def encode_error(req_id: Any, error: MemorydError) -> bytes:
 
 
 def _line(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    try:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        # A lone surrogate (sent escaped, e.g. in an id or a parameter's name) has no UTF-8 form:
+        # escape all non-ASCII text instead, which a JSON parser reads back as it was sent.
+        return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"

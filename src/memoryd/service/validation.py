@@ -21,6 +21,10 @@ from memoryd.store.search import SearchRequest
 
 MAX_OWNER_LEN = 256
 MAX_METADATA_BYTES = 65536
+#: The longest ttl_s: its expiry time must stay a timestamp the store can write (years 1..9999).
+MAX_TTL_S = 100 * 365.25 * 86400
+#: Job ids are SQLite integers (signed 64-bit).
+MAX_JOB_ID = 2**63 - 1
 WRITE_PARAMS = {
     "content", "kind", "scope", "agent_id", "user_id", "project", "session_id", "importance",
     "valid_from", "valid_to", "occurred_at", "ttl_s", "metadata", "idempotency_key",
@@ -38,6 +42,16 @@ def _unknown(params: Mapping[str, Any], allowed: set[str]) -> None:
         raise InvalidParams(extra[0], f"unknown parameter; expected some of {sorted(allowed)}")
 
 
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` has a UTF-8 form: JSON's ``\\ud800`` escapes decode to lone surrogates,
+    which the store cannot hold and an answer cannot carry."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def opt_str(params: Mapping[str, Any], name: str, max_len: int = MAX_OWNER_LEN) -> str | None:
     value = params.get(name)
     if value is None:
@@ -46,6 +60,9 @@ def opt_str(params: Mapping[str, Any], name: str, max_len: int = MAX_OWNER_LEN) 
         raise InvalidParams(name, "must be a non-empty string")
     if len(value) > max_len:
         raise InvalidParams(name, f"must be at most {max_len} characters")
+    if not is_utf8(value):
+        raise InvalidParams(name, "must be valid UTF-8 text (a lone surrogate escape such as \\ud800 "
+                                  "was found)")
     return value
 
 
@@ -57,15 +74,23 @@ def opt_time(params: Mapping[str, Any], name: str) -> str | None:
         return normalize_rfc3339(value)
     except (ValueError, TypeError) as exc:
         raise InvalidParams(name, f"must be an RFC 3339 timestamp ({exc})") from exc
+    except OverflowError as exc:  # e.g. 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        raise InvalidParams(name, "must be an RFC 3339 timestamp between years 1 and 9999 in UTC") from exc
 
 
 def _number(params: Mapping[str, Any], name: str) -> float | None:
     value = params.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidParams(name, "must be a finite number")
-    return float(value)
+    try:
+        number = float(value)  # an integer past a double's range (10**400) raises OverflowError
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise InvalidParams(name, "must be a finite number")
+    return number
 
 
 def _enum(params: Mapping[str, Any], name: str, choices: tuple[str, ...] | list[str],
@@ -119,8 +144,9 @@ def parse_write(params: Mapping[str, Any], cfg: Config, *, admin: bool = False) 
         raise InvalidParams("valid_to", "must be later than valid_from")
     occurred_at = opt_time(params, "occurred_at")
     ttl_s = _number(params, "ttl_s")
-    if ttl_s is not None and ttl_s <= 0:
-        raise InvalidParams("ttl_s", "must be a positive number of seconds")
+    if ttl_s is not None and not 0 < ttl_s <= MAX_TTL_S:
+        raise InvalidParams("ttl_s", f"must be a positive number of seconds, at most {MAX_TTL_S:.0f} "
+                                     "(100 years)")
     metadata = params.get("metadata", {})
     if metadata is None:
         metadata = {}
@@ -129,8 +155,13 @@ def parse_write(params: Mapping[str, Any], cfg: Config, *, admin: bool = False) 
     bad = sorted(k for k in metadata if k.startswith("_"))
     if bad:
         raise InvalidParams("metadata", f"keys starting with '_' are reserved ({bad[0]!r})")
-    if len(json.dumps(metadata)) > MAX_METADATA_BYTES:
-        raise TooLarge(f"metadata is larger than {MAX_METADATA_BYTES} bytes", field="metadata")
+    try:
+        if len(json.dumps(metadata)) > MAX_METADATA_BYTES:
+            raise TooLarge(f"metadata is larger than {MAX_METADATA_BYTES} bytes", field="metadata")
+        json.dumps(metadata, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidParams("metadata", "must hold valid UTF-8 text only (a lone surrogate escape such as "
+                                        "\\ud800 was found)") from exc
     idem = opt_str(params, "idempotency_key")
     restore = parse_restore(params["restore"]) if "restore" in params else None
     return NewMemory(
@@ -169,6 +200,9 @@ def parse_search(params: Mapping[str, Any], cfg: Config) -> SearchRequest:
     query = params.get("query")
     if not isinstance(query, str) or not query.strip():
         raise InvalidParams("query", "is required and must be a non-empty string")
+    if not is_utf8(query):
+        raise InvalidParams("query", "must be valid UTF-8 text (a lone surrogate escape such as \\ud800 "
+                                     "was found)")
     if len(query.encode("utf-8", errors="surrogatepass")) > cfg.max_content_bytes:
         raise TooLarge("query is too large", field="query")
     k = params.get("k", 10)
@@ -201,6 +235,15 @@ def parse_get(params: Mapping[str, Any]) -> tuple[str, list[str]]:
     if not isinstance(include, list) or any(i not in allowed for i in include):
         raise InvalidParams("include", f"must be a list of {list(allowed)}")
     return memory_id, include
+
+
+def job_ids(params: Mapping[str, Any]) -> list[int]:
+    """queue.retry's ``ids``: a list of job ids, each an integer the store can hold."""
+    ids = params.get("ids", [])
+    if not isinstance(ids, list) or any(isinstance(i, bool) or not isinstance(i, int)
+                                        or not 1 <= i <= MAX_JOB_ID for i in ids):
+        raise InvalidParams("ids", f"must be a list of job ids (integers from 1 to {MAX_JOB_ID})")
+    return ids
 
 
 def check_known(params: Mapping[str, Any], allowed: set[str]) -> None:
@@ -247,7 +290,7 @@ def parse_forget(params: Mapping[str, Any]) -> tuple[str | None, dict[str, str] 
         if not isinstance(subject, dict) or len(subject) != 1:
             raise InvalidParams("subject", f"must be an object with exactly one of {list(OWNER_FIELDS)}")
         (field, value), = subject.items()
-        if field not in OWNER_FIELDS or not isinstance(value, str) or not value:
+        if field not in OWNER_FIELDS or not isinstance(value, str) or not value or not is_utf8(value):
             raise InvalidParams("subject", f"must name one of {list(OWNER_FIELDS)} with a non-empty string")
         parsed_subject = {field: value}
     tombstone = params.get("tombstone", True)
