@@ -180,13 +180,16 @@ def test_bad_arguments_are_tool_errors_naming_the_argument(module_daemon: Daemon
                 result = await call(session, tool, args)
                 assert result.is_error, (tool, args)
                 assert expected in text_of(result), (tool, args, text_of(result))
-                assert result.structured_content and result.structured_content.get("code") == -32602
+                # No structured content on an error (it would not match the output schema);
+                # the code and the argument ride in _meta.
+                assert result.structured_content is None
+                assert result.meta and result.meta["memoryd/error"]["code"] == -32602
             # A contract error from the daemon keeps its code and message.
             too_big = "é" * 40000  # 40,000 characters, 80,000 UTF-8 bytes: past the daemon's 65,536
             refused = await call(session, "remember", {"content": too_big})
             assert refused.is_error
             assert "[error 1001 too_large]" in text_of(refused) and "'content'" in text_of(refused)
-            assert refused.structured_content and refused.structured_content["code"] == 1001
+            assert refused.meta and refused.meta["memoryd/error"] == {"code": 1001, "field": "content"}
 
     before = daemon.scalar("SELECT count(*) FROM memories")
     asyncio.run(body())

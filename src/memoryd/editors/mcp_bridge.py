@@ -46,13 +46,24 @@ class ToolFailure(Exception):
         self.field = field
 
 
+#: The ``_meta`` key of an error result carrying the memoryd error code and argument.
+ERROR_META_KEY = "memoryd/error"
+
+
 @dataclass(frozen=True)
 class ToolOutcome:
-    """A tool's answer: the structured result, or an error text (``is_error``)."""
+    """A tool's answer: the structured result, or an error text (``is_error``).
+
+    An error carries no structured content: a tool's output schema describes
+    its answer, and some clients (the TypeScript SDK's) check an error's
+    structured content against it too. The code and the argument at fault go
+    in ``meta`` (the result's ``_meta``) for clients that want them.
+    """
 
     structured: dict[str, Any] | None
     text: str
     is_error: bool = False
+    meta: dict[str, Any] | None = None
 
     @classmethod
     def ok(cls, structured: dict[str, Any]) -> ToolOutcome:
@@ -60,12 +71,8 @@ class ToolOutcome:
 
     @classmethod
     def error(cls, message: str, *, code: int | None = None, field: str | None = None) -> ToolOutcome:
-        data: dict[str, Any] = {"error": message}
-        if code is not None:
-            data["code"] = code
-        if field is not None:
-            data["field"] = field
-        return cls(data, message, is_error=True)
+        detail = {k: v for k, v in (("code", code), ("field", field)) if v is not None}
+        return cls(None, message, is_error=True, meta={ERROR_META_KEY: detail} if detail else None)
 
 
 def _not_visible(memory_id: str) -> ToolFailure:

@@ -44,10 +44,13 @@ def build_server(bridge: Bridge) -> Server[Any]:
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         outcome = await bridge.call(params.name, params.arguments)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=outcome.text)],
-            structured_content=outcome.structured, is_error=outcome.is_error,
-        )
+        result = types.CallToolResult(content=[types.TextContent(type="text", text=outcome.text)],
+                                      is_error=outcome.is_error)
+        if outcome.structured is not None:
+            result.structured_content = outcome.structured
+        if outcome.meta is not None:
+            result.meta = outcome.meta
+        return result
 
     return Server("memoryd", version=__version__, title="memoryd",
                   instructions=SERVER_INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call_tool)
