@@ -11,6 +11,8 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from memoryd.client import Client
 from tests.editors.mcp_harness import bridge, call, ok, text_of
 from tests.integration.harness import DaemonHandle
@@ -226,5 +228,33 @@ def test_project_auto_names_the_git_top_level_of_the_working_dir(module_daemon: 
                           cwd=checkout / "src" / "cart") as session:
             status = ok(await call(session, "memory_status"))
             assert status["identity"]["project"] == "webshop"
+
+    asyncio.run(body())
+
+
+@pytest.mark.slow  # loads the bundled embedding model in the daemon
+def test_recall_finds_a_memory_by_meaning_once_it_is_embedded(
+        start_daemon: Callable[..., DaemonHandle]) -> None:
+    daemon = start_daemon(embedder="bundled")
+
+    async def body() -> None:
+        async with bridge(daemon.socket, daemon.home, *ME) as session:
+            target = ok(await call(session, "remember",
+                                   {"content": "The staging database is PostgreSQL 15 running on host db1"}))
+            ok(await call(session, "remember", {"content": "The web frontend is bundled with Vite"}))
+            ok(await call(session, "remember", {"content": "Release notes are written every Friday"}))
+
+            async def embedded() -> bool:
+                memory = ok(await call(session, "get_memory", {"id": target["id"]}))
+                return "embed" not in memory["pending"]
+
+            for _ in range(600):  # a hang guard (the model loads once), not a speed claim
+                if await embedded():
+                    break
+                await asyncio.sleep(0.2)
+            found = ok(await call(session, "recall", {"query": "which database server does staging use",
+                                                      "mode": "vector", "k": 3}))
+            assert found["mode_used"] == "vector"
+            assert found["results"][0]["id"] == target["id"]
 
     asyncio.run(body())
