@@ -74,9 +74,9 @@ class Memory(_Result):
     @property
     def owner(self) -> str | None:
         """The value of the scope's key field (``''`` for ``org``; None when erased)."""
-        key = SCOPE_KEYS.get(self.scope or "")
         if self.scope == "org":
             return ""
+        key = SCOPE_KEYS.get(self.scope or "")
         return getattr(self, key) if key else None
 
 
