@@ -1,6 +1,6 @@
 """``python -m memoryd`` is the ``memoryd`` command."""
 
-from memoryd.cli import main
+from memoryd.entry import main
 
 if __name__ == "__main__":
     main()

@@ -41,7 +41,7 @@ EXPORT_PAGE = 500
 def _session(cfg: Config, admin: bool) -> Iterator[Callable[[str, dict[str, Any]], Any]]:
     """One connection for many calls; a daemon that is down or refuses ends the command
     with the same messages and exit codes as every other command."""
-    from memoryd.service.client import AccessDenied, Client, ClientError, NotRunning
+    from memoryd.client import AccessDenied, Client, ClientError, NotRunning
 
     path = cfg.admin_socket() if admin else cfg.resolved_socket()
     try:
@@ -265,9 +265,9 @@ def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, 
       memoryd import --json memories.jsonl | jq .refused
     """
     from memoryd.cli import _load
+    from memoryd.client import ClientError
     from memoryd.exchange import exportfile
     from memoryd.exchange.importer import Importer
-    from memoryd.service.client import ClientError
 
     cfg = _load(config_path, socket_path)
     stream: IO[str] = sys.stdin if file == "-" else open(file, encoding="utf-8")  # noqa: SIM115

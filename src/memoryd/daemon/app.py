@@ -24,6 +24,7 @@ from memoryd.daemon import status as status_mod
 from memoryd.daemon.governor import IDLE, Governor, HostProbe, Thresholds
 from memoryd.daemon.lock import DataDirLock
 from memoryd.daemon.runner import PassRunner
+from memoryd.editors import capture_replay
 from memoryd.models.embedder import Embedder, EmbedderAPI
 from memoryd.models.worker_client import ModelWorker, WorkerEmbedder, WorkerLLM
 from memoryd.passes.base import PassContext
@@ -153,6 +154,8 @@ class Daemon:
             clock=utcnow, on_commit=runner.wakeup, access_flush_s=self.cfg.access_flush_s,
         )
         self.committer.start()
+        # Turns hooks spooled while the daemon was down, written before anyone can ask for them.
+        await loop.run_in_executor(None, capture_replay.replay, engine, self.cfg, write_ctx, utcnow())
         dispatcher = Dispatcher(self.cfg, engine, self.committer, self.status,
                                 embedder=self.embedder)
         agent_path = self.cfg.resolved_socket()

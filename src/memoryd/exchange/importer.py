@@ -168,7 +168,7 @@ class Importer:
         return params
 
     def _write(self, batch: list[Planned]) -> None:
-        from memoryd.service.client import ClientError
+        from memoryd.client import ClientError
 
         pending = list(batch)
         attempt = 0

@@ -1,0 +1,251 @@
+"""``memoryd capture claude-code``: a Claude Code hook that writes new conversation turns.
+
+Claude Code runs the hook with one JSON object on stdin (``session_id``,
+``transcript_path``, ``cwd``, ``hook_event_name``, and per event e.g.
+``prompt`` for UserPromptSubmit, ``reason`` for SessionEnd). On
+UserPromptSubmit, Stop and SessionEnd the hook reads the transcript from where
+the last run stopped (a per-transcript cursor under the data directory) and
+writes each new turn as a ``conversation`` memory:
+
+- scope ``project`` (named from the hook's ``cwd`` as ``--project auto``
+  names it) or ``user``; ``session_id`` the editor's session id;
+- ``occurred_at`` the turn's timestamp; ``metadata`` its role, turn index and
+  transcript path;
+- idempotency key derived from the transcript path and the turn index, so a
+  turn delivered twice (a second event, a replayed spool) writes once.
+
+It must never slow or break the editor: it gives the daemon a fixed time
+budget, spools the turns to disk when the daemon is down or slow
+(editors/capture_spool.py), prints nothing on stdout (UserPromptSubmit's
+stdout would reach the model as context, Stop's JSON as a decision) and
+always exits 0. Standard library only (editors/capture_rpc.py speaks to the
+socket): no SQLAlchemy, no models, not even the client library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from memoryd.editors import capture_spool as spool
+from memoryd.editors.capture_rpc import DeadlineCaller, RpcError
+from memoryd.editors.capture_transcript import Turn, read_turns
+from memoryd.editors.project import project_name
+
+EVENTS = ("UserPromptSubmit", "Stop", "SessionEnd")
+SOURCE = "claude-code"
+#: A turn longer than this (UTF-8 bytes) is cut, below the daemon's 65,536-byte limit.
+MAX_TEXT_BYTES = 60_000
+#: How long a run waits for another run holding the same transcript's cursor.
+LOCK_WAIT_S = 0.03
+#: Codes that refuse an item for good: the turn is dropped, the others go on.
+REFUSED_CODES = (-32602, 1001, 1002, 1005, 1006, 1007)
+
+Call = Callable[[str, dict[str, Any]], Any]
+
+
+class Options(NamedTuple):
+    """Where the turns go and how long the daemon may take."""
+
+    scope: str  # "project" | "user"
+    user_id: str | None
+    socket: Path
+    data_dir: Path
+    #: time.monotonic() after which the hook stops waiting for the daemon and spools.
+    deadline: float
+
+
+class Outcome(NamedTuple):
+    """What one hook run did (for tests and the benchmark; the hook itself prints nothing)."""
+
+    action: str  # ignored | nothing | sent | spooled | busy | failed
+    turns: int = 0
+    detail: str = ""
+
+
+def idempotency_key(transcript_path: str, index: int) -> str:
+    """A turn's key: the transcript path and the turn index, hashed to a fixed length."""
+    digest = hashlib.sha256(f"{transcript_path}\n{index}".encode()).hexdigest()
+    return f"claude-code:{digest[:48]}"
+
+
+def _clip(text: str) -> tuple[str, bool]:
+    data = text.encode("utf-8")
+    if len(data) <= MAX_TEXT_BYTES:
+        return text, False
+    return data[:MAX_TEXT_BYTES].decode("utf-8", errors="ignore") + " […]", True
+
+
+def turn_params(turn: Turn, hook: dict[str, Any], opts: Options, project: str) -> dict[str, Any]:
+    """memory.write params for one turn. Nothing in them depends on which event delivered
+    the turn, so a second delivery is the same request (same key, same params)."""
+    transcript = str(hook["transcript_path"])
+    text, clipped = _clip(turn.text)
+    metadata: dict[str, Any] = {"source": SOURCE, "role": turn.role, "turn_index": turn.turn_index,
+                                "transcript_path": transcript}
+    if turn.uuid:
+        metadata["entry_uuid"] = turn.uuid
+    if clipped:
+        metadata["truncated"] = True
+    params: dict[str, Any] = {
+        "content": text, "kind": "conversation", "scope": opts.scope, "project": project,
+        "agent_id": SOURCE, "session_id": str(hook["session_id"]), "metadata": metadata,
+        "idempotency_key": idempotency_key(transcript, turn.turn_index),
+    }
+    if opts.scope == "user":
+        params["user_id"] = opts.user_id
+    if turn.timestamp:
+        params["occurred_at"] = turn.timestamp
+    return params
+
+
+# -- the per-transcript cursor -------------------------------------------------------------
+
+def state_path(data_dir: Path, transcript_path: str) -> Path:
+    name = hashlib.sha256(transcript_path.encode()).hexdigest()[:32]
+    return data_dir / "capture" / SOURCE / f"{name}.json"
+
+
+@contextlib.contextmanager
+def cursor(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[dict[str, Any] | None]:
+    """The transcript's cursor, locked for this run (None when another run holds it)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        give_up = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() > give_up:
+                    yield None
+                    return
+                time.sleep(0.002)
+        raw = os.read(fd, 1 << 16)
+        try:
+            state = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            state = {}
+        if not isinstance(state, dict):
+            state = {}
+        before = dict(state)
+        yield state
+        if state != before:
+            body = json.dumps(state).encode()
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.ftruncate(fd, 0)
+            os.write(fd, body)
+            os.fsync(fd)
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+# -- sending ---------------------------------------------------------------------------
+
+def send(call: Call, items: list[dict[str, Any]], deadline: float) -> list[dict[str, Any]]:
+    """Write ``items``; return those not delivered (to keep in the spool).
+
+    A refused item (tombstoned, conflicting, invalid) is dropped: sending it
+    again would be refused again. Transport failures raise.
+    """
+    pending = list(items)
+    while pending:
+        if time.monotonic() > deadline:
+            return pending
+        try:
+            call("memory.write_many", {"items": pending})
+            return []
+        except RpcError as exc:
+            index = exc.data.get("index")
+            if exc.code in (-32602, 1001) and isinstance(index, int) and 0 <= index < len(pending):
+                pending.pop(index)
+                continue
+            if exc.code not in REFUSED_CODES:
+                return pending  # overloaded or store unavailable: keep them all
+        # write_many is all or nothing and did not say which item it refused: one at a time.
+        kept: list[dict[str, Any]] = []
+        for i, item in enumerate(pending):
+            if time.monotonic() > deadline:
+                return kept + pending[i:]
+            try:
+                call("memory.write", item)
+            except RpcError as exc:
+                if exc.code not in REFUSED_CODES:
+                    kept.append(item)
+        return kept
+    return []
+
+
+def flush_one(call: Call, folder: Path, deadline: float) -> bool:
+    """Send the oldest spooled file while the daemon is reachable; True when one was sent."""
+    for path in spool.pending(folder):
+        taken = spool.claim(path)
+        if taken is None:
+            continue
+        try:
+            items, _ = spool.read(taken)
+            rest = send(call, items, deadline)
+        except Exception:
+            spool.release(taken)
+            raise
+        if rest:
+            spool.release(taken)
+            return False
+        spool.remove(taken)
+        return True
+    return False
+
+
+def run(hook: Any, opts: Options) -> Outcome:
+    """Handle one hook payload (already parsed)."""
+    if not isinstance(hook, dict) or hook.get("hook_event_name") not in EVENTS:
+        return Outcome("ignored", detail="not an event capture handles")
+    transcript, session, cwd = hook.get("transcript_path"), hook.get("session_id"), hook.get("cwd")
+    if not all(isinstance(v, str) and v for v in (transcript, session, cwd)):
+        return Outcome("ignored", detail="the payload lacks transcript_path, session_id or cwd")
+    assert isinstance(transcript, str) and isinstance(cwd, str)
+    if opts.scope == "user" and not opts.user_id:
+        return Outcome("failed", detail="scope user needs a user id (--user-id or MEMORYD_USER_ID)")
+    folder = spool.spool_dir(opts.data_dir)
+    with cursor(state_path(opts.data_dir, transcript)) as state:
+        if state is None:
+            return Outcome("busy", detail="another capture run holds this transcript")
+        try:
+            found = read_turns(transcript, int(state.get("offset", 0)), int(state.get("next_index", 0)))
+        except FileNotFoundError:
+            return Outcome("nothing", detail="the transcript does not exist (yet)")
+        advance = {"transcript": transcript, "offset": found.offset, "next_index": found.next_index}
+        if not found.turns:
+            state.update(advance)
+            return Outcome("nothing")
+        project = project_name(cwd)
+        items = [turn_params(t, hook, opts, project) for t in found.turns]
+        rest = items
+        caller = None
+        try:
+            caller = DeadlineCaller(str(opts.socket), opts.deadline)
+            rest = send(caller, items, opts.deadline)
+            if not rest and time.monotonic() < opts.deadline:
+                flush_one(caller, folder, opts.deadline)
+        except Exception as exc:  # down, refused, slow, broken: the spool keeps the turns
+            detail = f"{type(exc).__name__}: {exc}"
+        else:
+            detail = ""
+        finally:
+            if caller is not None:
+                caller.close()
+        if rest:
+            spool.append(folder, rest)  # raises when the disk refuses: the cursor stays put
+        state.update(advance)
+        if rest:
+            return Outcome("spooled", len(rest), detail or "the daemon did not answer in time")
+        return Outcome("sent", len(items))

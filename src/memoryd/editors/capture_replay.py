@@ -1,0 +1,74 @@
+"""The daemon's side of the capture spool: write what hooks spooled while it was down.
+
+Run once at start, before the sockets open. Each spooled item is validated
+as a memory.write and written in its own unit (a refused turn — tombstoned,
+or its key reused with other params — does not hold back the others); a file
+is removed only after the transaction holding its writes has committed. The
+items carry idempotency keys, so a file replayed twice (a crash between the
+commit and the removal) writes once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import structlog
+from sqlalchemy import Engine
+
+from memoryd.config import Config
+from memoryd.editors import capture_spool as spool
+from memoryd.errors import MemorydError, StoreUnavailable
+from memoryd.service.validation import parse_write
+from memoryd.store.memories import WriteContext
+from memoryd.store.writes import WriteUnit, commit_units
+
+log = structlog.get_logger(__name__)
+
+ACTOR = "spool:claude-code"
+
+
+@dataclass
+class ReplayReport:
+    files: int = 0
+    written: int = 0
+    refused: int = 0
+    unreadable: int = 0
+    kept: int = 0  # files left for the next start (the store failed)
+
+
+def replay(engine: Engine, cfg: Config, ctx: WriteContext, now: datetime,
+           folder: Path | None = None) -> ReplayReport:
+    """Write every spooled file's items; remove each file once its writes committed."""
+    folder = folder or spool.spool_dir(cfg.resolved_data_dir())
+    report = ReplayReport()
+    for path in spool.pending(folder):
+        report.files += 1
+        items, bad = spool.read(path)
+        report.unreadable += bad
+        units = []
+        for item in items:
+            try:
+                units.append(WriteUnit([parse_write(item, cfg)], ACTOR))
+            except MemorydError as exc:
+                report.refused += 1
+                log.warning("capture.spool_item_refused", file=path.name, code=exc.code, error=exc.message)
+        outcomes = commit_units(engine, units, ctx, now) if units else []
+        if any(isinstance(o, StoreUnavailable) for o in outcomes):
+            report.kept += 1
+            log.error("capture.spool_kept", file=path.name,
+                      reason="the store failed; kept for the next start")
+            continue
+        for outcome in outcomes:
+            if isinstance(outcome, MemorydError):
+                report.refused += 1
+                log.warning("capture.spool_item_refused", file=path.name, code=outcome.code,
+                            error=outcome.message)
+            else:
+                report.written += 1
+        spool.remove(path)
+    if report.files:
+        log.info("capture.spool_replayed", files=report.files, written=report.written,
+                 refused=report.refused, unreadable=report.unreadable, kept=report.kept)
+    return report
