@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -88,28 +89,70 @@ def test_service_print_cli_shows_both_units() -> None:
     assert "ExecStart=" in result.output and "ListenStream=" in result.output
 
 
-def test_install_writes_units_runs_systemctl_and_uninstall_removes_them(tmp_path: Path) -> None:
+@pytest.fixture
+def systemctl_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PATH whose only tool is a ``systemctl`` (never run: the tests pass their own runner),
+    so install() takes its systemctl branch on any machine."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "systemctl").write_text("#!/bin/sh\nexit 0\n")
+    (tools / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tools))
+
+
+@pytest.fixture
+def no_systemctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PATH with no tools: a machine without systemd."""
+    (tmp_path / "empty-bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+
+
+def recorder() -> tuple[list[list[str]], Callable[[list[str]], subprocess.CompletedProcess[str]]]:
     calls: list[list[str]] = []
 
-    def fake_run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
         calls.append(argv)
         return subprocess.CompletedProcess(argv, 0, "", "")
 
+    return calls, run
+
+
+def test_install_writes_units_runs_systemctl_and_uninstall_removes_them(tmp_path: Path,
+                                                                        systemctl_on_path: None) -> None:
+    calls, run = recorder()
     t = target(tmp_path)
-    steps = inst.install(t, run=fake_run)
+    steps = inst.install(t, run=run)
     assert (t.unit_dir / "memoryd.service").exists() and (t.unit_dir / "memoryd.socket").exists()
-    assert any("wrote" in s for s in steps)
-    if shutil.which("systemctl"):
-        assert ["systemctl", "--user", "enable", "--now", "memoryd.socket"] in calls
-    steps = inst.uninstall(t, run=fake_run)
-    assert not (t.unit_dir / "memoryd.service").exists()
+    assert calls == [["systemctl", "--user", "daemon-reload"],
+                     ["systemctl", "--user", "enable", "--now", "memoryd.socket"],
+                     ["systemctl", "--user", "enable", "--now", "memoryd.service"]]
+    assert f"wrote {t.unit_dir / 'memoryd.socket'}" in steps
+    assert "ran `systemctl --user enable --now memoryd.socket`" in steps
+    calls.clear()
+    steps = inst.uninstall(t, run=run)
+    assert calls == [["systemctl", "--user", "disable", "--now", "memoryd.service", "memoryd.socket"],
+                     ["systemctl", "--user", "daemon-reload"]]
+    assert not (t.unit_dir / "memoryd.service").exists() and not (t.unit_dir / "memoryd.socket").exists()
     assert (t.data_dir).exists() and any("kept the data directory" in s for s in steps)
 
 
-def test_failed_platform_command_is_reported_not_hidden(tmp_path: Path) -> None:
+def test_install_without_systemctl_writes_the_units_and_says_what_it_skipped(tmp_path: Path,
+                                                                             no_systemctl: None) -> None:
+    calls, run = recorder()
+    t = target(tmp_path)
+    steps = inst.install(t, run=run)
+    assert calls == []  # nothing to run
+    assert (t.unit_dir / "memoryd.service").exists() and (t.unit_dir / "memoryd.socket").exists()
+    assert "skipped `systemctl --user enable --now memoryd.socket`: systemctl is not on this machine" in steps
+    assert not any(s.startswith("ran ") for s in steps)
+
+
+def test_failed_platform_command_is_reported_not_hidden(tmp_path: Path, systemctl_on_path: None) -> None:
     def failing(argv: list[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(argv, 1, "", "Failed to connect to bus")
 
     steps = inst.install(target(tmp_path), run=failing)
-    if shutil.which("systemctl"):
-        assert any("failed (1): Failed to connect to bus" in s for s in steps)
+    failed = [s for s in steps if "failed (1): Failed to connect to bus" in s]
+    assert failed == ["`systemctl --user daemon-reload` failed (1): Failed to connect to bus",
+                      "`systemctl --user enable --now memoryd.socket` failed (1): Failed to connect to bus",
+                      "`systemctl --user enable --now memoryd.service` failed (1): Failed to connect to bus"]

@@ -301,16 +301,48 @@ def test_a_dead_writer_thread_fails_waiting_and_new_writes_at_once(engine: Engin
     assert contents(engine) == set()
 
 
-def test_status_reports_a_stopped_writer_as_a_problem(engine: Engine) -> None:
-    from memoryd.daemon import status as status_mod
+def test_status_reports_a_stopped_writer_as_a_problem(engine: Engine, write_ctx: WriteContext, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon's own status() over a committer whose writer thread really died.
 
-    governor = {"state": "idle", "reason": "machine is free"}
-    extra = {"write_queue": {"depth": 0, "writer": "stopped"}}
-    snap = status_mod.snapshot(engine, 0.0, ["embed"], {}, {}, governor, extra,
-                               ["the writer thread stopped (X): writes fail with 1003; restart memoryd"])
-    assert snap["health"] == "degraded"
-    assert any("writer thread stopped" in p for p in snap["problems"])
-    assert "write_problem" not in snap and snap["write_queue"]["writer"] == "stopped"
-    healthy = status_mod.snapshot(engine, 0.0, ["embed"], {}, {}, governor,
-                                  {"write_queue": {"depth": 0, "writer": "running"}})
-    assert healthy["health"] == "healthy"
+    No sentence is handed in: the problem line must come from the daemon's status code, and
+    it must say what docs/protocol.md promises (writes fail with 1003; restart memoryd).
+    """
+    from memoryd.config import Config
+    from memoryd.daemon.app import Daemon
+    from memoryd.daemon.governor import Governor, HostProbe, Thresholds
+    from memoryd.daemon.runner import PassRunner
+    from memoryd.passes.base import PassContext
+    from memoryd.service import committer as committer_mod
+
+    cfg = Config(data_dir=str(tmp_path / "data"), embedder="none", llm="none")
+    daemon = Daemon(cfg)
+    daemon.engine = engine
+    daemon.governor = Governor(HostProbe(), Thresholds.from_config(cfg))
+    daemon.runner = PassRunner(daemon.passes, PassContext(engine=engine, config=cfg, embedder=daemon.embedder,
+                                                          now=time.time, llm=daemon.llm),
+                               owner="test", governor=daemon.governor)
+
+    async def run_until(crash: bool) -> GroupCommitter:
+        committer = make_committer(engine, write_ctx)
+        committer.start()
+        await asyncio.gather(committer.submit(unit("alive" if not crash else "never written")),
+                             return_exceptions=True)
+        await committer.drain(timeout_s=2.0)
+        return committer
+
+    daemon.committer = asyncio.run(run_until(crash=False))
+    healthy = daemon.status()  # positive control: the same daemon with a live writer
+    assert healthy["health"] == "healthy" and healthy["problems"] == []
+    assert healthy["write_queue"]["writer"] == "running"
+
+    def crash(*args: Any, **kwargs: Any) -> Any:
+        raise _WriterBug("boom")
+
+    monkeypatch.setattr(committer_mod, "commit_units", crash)
+    daemon.committer = asyncio.run(run_until(crash=True))
+    snap = daemon.status()
+    assert snap["health"] == "degraded" and snap["write_queue"]["writer"] == "stopped"
+    [problem] = snap["problems"]
+    assert "writer thread stopped" in problem and "_WriterBug: boom" in problem
+    assert "1003" in problem and "restart memoryd" in problem
