@@ -22,9 +22,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _config_says(socket: str | None = None, data_dir: str | None = None,
-                 config: str | None = None) -> tuple[Path, Path]:
+                 config: str | None = None) -> tuple[str, str]:
     cfg = load_config(config, socket=socket, data_dir=data_dir)
-    return cfg.resolved_socket(), cfg.resolved_data_dir()
+    return str(cfg.resolved_socket()), str(cfg.resolved_data_dir())
 
 
 @pytest.mark.parametrize("case", [
@@ -58,8 +58,8 @@ def test_paths_match_memoryd_config(home: Path, monkeypatch: pytest.MonkeyPatch,
     assert resolve_paths(**flags) == expected
     # Positive control that the cases differ: the default is not what the other cases resolve to.
     if case != "defaults":
-        assert expected != (home / ".local" / "state" / "memoryd" / "memoryd.sock",
-                            home / ".local" / "share" / "memoryd")
+        assert expected != (str(home / ".local" / "state" / "memoryd" / "memoryd.sock"),
+                            str(home / ".local" / "share" / "memoryd"))
 
 
 def test_options_parse_or_hand_over_to_click() -> None:

@@ -19,8 +19,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 APP = "memoryd"
 #: Options the fast path takes, each with a value; --verbose is the one flag.
@@ -61,7 +63,13 @@ def parse(argv: list[str]) -> dict[str, Any] | None:
     return opts
 
 
-def _config_values(path: Path, explicit: bool) -> dict[str, Any]:
+def _expand(path: str) -> str:
+    """``Path(path).expanduser()`` as a string, without importing pathlib."""
+    out = os.path.expanduser(path)
+    return out.rstrip("/") or "/"
+
+
+def _config_values(path: str, explicit: bool) -> dict[str, Any]:
     """``socket`` and ``data_dir`` from the config file (missing file: {} unless named explicitly)."""
     import tomllib
 
@@ -76,7 +84,7 @@ def _config_values(path: Path, explicit: bool) -> dict[str, Any]:
 
 
 def resolve_paths(socket: str | None = None, data_dir: str | None = None,
-                  config: str | None = None) -> tuple[Path, Path]:
+                  config: str | None = None) -> tuple[str, str]:
     """The agent socket and the data directory, as ``load_config(config, socket=, data_dir=)``
     followed by ``resolved_socket()`` and ``resolved_data_dir()`` would give them."""
     sock = socket or os.environ.get("MEMORYD_SOCKET") or None
@@ -84,27 +92,27 @@ def resolve_paths(socket: str | None = None, data_dir: str | None = None,
     if sock is None or data is None:
         explicit = config or os.environ.get("MEMORYD_CONFIG")
         if explicit:
-            found = _config_values(Path(explicit).expanduser(), True)
+            found = _config_values(_expand(explicit), True)
         else:
             import platformdirs
 
-            found = _config_values(Path(platformdirs.user_config_dir(APP)) / "config.toml", False)
+            found = _config_values(os.path.join(platformdirs.user_config_dir(APP), "config.toml"), False)
         sock = sock or found.get("socket") or None
         data = data or found.get("data_dir") or None
     if sock:
-        socket_path = Path(sock).expanduser()
+        socket_path = _expand(sock)
     elif os.environ.get("XDG_RUNTIME_DIR"):
-        socket_path = Path(os.environ["XDG_RUNTIME_DIR"]) / APP / "memoryd.sock"
+        socket_path = os.path.join(_expand(os.environ["XDG_RUNTIME_DIR"]), APP, "memoryd.sock")
     else:
         import platformdirs
 
-        socket_path = Path(platformdirs.user_state_dir(APP)) / "memoryd.sock"
+        socket_path = os.path.join(platformdirs.user_state_dir(APP), "memoryd.sock")
     if data:
-        data_path = Path(data).expanduser()
+        data_path = _expand(data)
     else:
         import platformdirs
 
-        data_path = Path(platformdirs.user_data_dir(APP))
+        data_path = platformdirs.user_data_dir(APP)
     return socket_path, data_path
 
 

@@ -31,14 +31,18 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, NamedTuple
 
 from memoryd.editors import capture_spool as spool
 from memoryd.editors.capture_rpc import DeadlineCaller, RpcError
 from memoryd.editors.capture_transcript import Turn, read_turns
 from memoryd.editors.project import project_name
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any
+
+    Call = Callable[[str, dict[str, Any]], Any]
 
 EVENTS = ("UserPromptSubmit", "Stop", "SessionEnd")
 SOURCE = "claude-code"
@@ -49,26 +53,32 @@ LOCK_WAIT_S = 0.03
 #: Codes that refuse an item for good: the turn is dropped, the others go on.
 REFUSED_CODES = (-32602, 1001, 1002, 1005, 1006, 1007)
 
-Call = Callable[[str, dict[str, Any]], Any]
+
+class Options:
+    """Where the turns go and how long the daemon may take (``deadline``: the
+    time.monotonic() after which the hook stops waiting for the daemon and spools)."""
+
+    __slots__ = ("data_dir", "deadline", "scope", "socket", "user_id")
+
+    def __init__(self, scope: str, user_id: str | None, socket: str, data_dir: str,
+                 deadline: float) -> None:
+        self.scope = scope  # "project" | "user"
+        self.user_id = user_id
+        self.socket = socket
+        self.data_dir = data_dir
+        self.deadline = deadline
 
 
-class Options(NamedTuple):
-    """Where the turns go and how long the daemon may take."""
+class Outcome:
+    """What one hook run did (for tests and the benchmark; the hook itself prints nothing):
+    ``action`` is ignored, nothing, sent, spooled, busy or failed."""
 
-    scope: str  # "project" | "user"
-    user_id: str | None
-    socket: Path
-    data_dir: Path
-    #: time.monotonic() after which the hook stops waiting for the daemon and spools.
-    deadline: float
+    __slots__ = ("action", "detail", "turns")
 
-
-class Outcome(NamedTuple):
-    """What one hook run did (for tests and the benchmark; the hook itself prints nothing)."""
-
-    action: str  # ignored | nothing | sent | spooled | busy | failed
-    turns: int = 0
-    detail: str = ""
+    def __init__(self, action: str, turns: int = 0, detail: str = "") -> None:
+        self.action = action
+        self.turns = turns
+        self.detail = detail
 
 
 def idempotency_key(transcript_path: str, index: int) -> str:
@@ -109,15 +119,16 @@ def turn_params(turn: Turn, hook: dict[str, Any], opts: Options, project: str) -
 
 # -- the per-transcript cursor -------------------------------------------------------------
 
-def state_path(data_dir: Path, transcript_path: str) -> Path:
+def state_path(data_dir: str, transcript_path: str) -> str:
+    """Where the cursor of one transcript is kept."""
     name = hashlib.sha256(transcript_path.encode()).hexdigest()[:32]
-    return data_dir / "capture" / SOURCE / f"{name}.json"
+    return os.path.join(data_dir, "capture", SOURCE, f"{name}.json")
 
 
 @contextlib.contextmanager
-def cursor(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[dict[str, Any] | None]:
+def cursor(path: str, wait_s: float = LOCK_WAIT_S) -> Iterator[dict[str, Any] | None]:
     """The transcript's cursor, locked for this run (None when another run holds it)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         give_up = time.monotonic() + wait_s
@@ -185,7 +196,7 @@ def send(call: Call, items: list[dict[str, Any]], deadline: float) -> list[dict[
     return []
 
 
-def flush_one(call: Call, folder: Path, deadline: float) -> bool:
+def flush_one(call: Call, folder: str, deadline: float) -> bool:
     """Send the oldest spooled file while the daemon is reachable; True when one was sent."""
     for path in spool.pending(folder):
         taken = spool.claim(path)
@@ -232,7 +243,7 @@ def run(hook: Any, opts: Options) -> Outcome:
         rest = items
         caller = None
         try:
-            caller = DeadlineCaller(str(opts.socket), opts.deadline)
+            caller = DeadlineCaller(opts.socket, opts.deadline)
             rest = send(caller, items, opts.deadline)
             if not rest and time.monotonic() < opts.deadline:
                 flush_one(caller, folder, opts.deadline)

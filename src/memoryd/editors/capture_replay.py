@@ -10,9 +10,9 @@ commit and the removal) writes once.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 import structlog
 from sqlalchemy import Engine
@@ -39,7 +39,7 @@ class ReplayReport:
 
 
 def replay(engine: Engine, cfg: Config, ctx: WriteContext, now: datetime,
-           folder: Path | None = None) -> ReplayReport:
+           folder: str | None = None) -> ReplayReport:
     """Write every spooled file's items; remove each file once its writes committed."""
     folder = folder or spool.spool_dir(cfg.resolved_data_dir())
     report = ReplayReport()
@@ -53,17 +53,18 @@ def replay(engine: Engine, cfg: Config, ctx: WriteContext, now: datetime,
                 units.append(WriteUnit([parse_write(item, cfg)], ACTOR))
             except MemorydError as exc:
                 report.refused += 1
-                log.warning("capture.spool_item_refused", file=path.name, code=exc.code, error=exc.message)
+                log.warning("capture.spool_item_refused", file=os.path.basename(path), code=exc.code,
+                            error=exc.message)
         outcomes = commit_units(engine, units, ctx, now) if units else []
         if any(isinstance(o, StoreUnavailable) for o in outcomes):
             report.kept += 1
-            log.error("capture.spool_kept", file=path.name,
+            log.error("capture.spool_kept", file=os.path.basename(path),
                       reason="the store failed; kept for the next start")
             continue
         for outcome in outcomes:
             if isinstance(outcome, MemorydError):
                 report.refused += 1
-                log.warning("capture.spool_item_refused", file=path.name, code=outcome.code,
+                log.warning("capture.spool_item_refused", file=os.path.basename(path), code=outcome.code,
                             error=outcome.message)
             else:
                 report.written += 1

@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 import socket
 import time
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class RpcError(Exception):

@@ -20,20 +20,22 @@ import contextlib
 import json
 import os
 import time
-from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SUFFIX = ".jsonl"
 #: A file a hook has taken to send; renamed back (or removed) when it is done.
 SENDING = ".sending"
 
 
-def spool_dir(data_dir: Path, source: str = "claude-code") -> Path:
+def spool_dir(data_dir: str | os.PathLike[str], source: str = "claude-code") -> str:
     """Where ``source``'s spool files live."""
-    return data_dir / "spool" / source
+    return os.path.join(data_dir, "spool", source)
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -41,13 +43,13 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def append(folder: Path, items: list[dict[str, Any]]) -> Path:
+def append(folder: str, items: list[dict[str, Any]]) -> str:
     """Durably add one file holding ``items``; return its path."""
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
     os.chmod(folder, 0o700)
     stem = f"{time.time_ns():020d}-{os.getpid()}"
-    tmp = folder / f".{stem}.tmp"
-    final = folder / f"{stem}{SUFFIX}"
+    tmp = os.path.join(folder, f".{stem}.tmp")
+    final = os.path.join(folder, f"{stem}{SUFFIX}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         body = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items).encode()
@@ -60,17 +62,17 @@ def append(folder: Path, items: list[dict[str, Any]]) -> Path:
     return final
 
 
-def pending(folder: Path) -> list[Path]:
+def pending(folder: str) -> list[str]:
     """Spool files waiting (and ones a hook was sending when it died), oldest first."""
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
         return []
-    found = [folder / n for n in names if n.endswith((SUFFIX, SUFFIX + SENDING)) and not n.startswith(".")]
-    return sorted(found, key=lambda p: p.name)
+    found = [n for n in names if n.endswith((SUFFIX, SUFFIX + SENDING)) and not n.startswith(".")]
+    return [os.path.join(folder, n) for n in sorted(found)]
 
 
-def read(path: Path) -> tuple[list[dict[str, Any]], int]:
+def read(path: str) -> tuple[list[dict[str, Any]], int]:
     """The items of a spool file, and how many lines could not be read."""
     items, bad = [], 0
     with open(path, encoding="utf-8", errors="replace") as fh:
@@ -89,11 +91,11 @@ def read(path: Path) -> tuple[list[dict[str, Any]], int]:
     return items, bad
 
 
-def claim(path: Path) -> Path | None:
+def claim(path: str) -> str | None:
     """Take a waiting file to send it (None when another process took it first)."""
-    if path.name.endswith(SENDING):
+    if path.endswith(SENDING):
         return None
-    taken = path.with_name(path.name + SENDING)
+    taken = path + SENDING
     try:
         os.rename(path, taken)
     except FileNotFoundError:
@@ -101,16 +103,16 @@ def claim(path: Path) -> Path | None:
     return taken
 
 
-def release(taken: Path) -> None:
+def release(taken: str) -> None:
     """Put back a file that could not be sent."""
     with contextlib.suppress(FileNotFoundError):
-        os.rename(taken, taken.with_name(taken.name[: -len(SENDING)]))
+        os.rename(taken, taken[: -len(SENDING)])
 
 
-def remove(path: Path) -> None:
+def remove(path: str) -> None:
     """Drop a file whose writes have committed."""
     try:
         os.unlink(path)
     except FileNotFoundError:
         return
-    _fsync_dir(path.parent)
+    _fsync_dir(os.path.dirname(path))

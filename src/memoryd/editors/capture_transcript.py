@@ -22,22 +22,30 @@ newline yet (an entry still being written).
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any, NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import os
+    from typing import Any
 
 #: Text that marks a user entry as a slash command's bookkeeping, not something said.
 COMMAND_PREFIXES = ("<command-name>", "<command-message>", "<local-command-stdout>",
                     "<local-command-stderr>", "<command-args>")
 
 
-class Turn(NamedTuple):
-    """One turn of the conversation."""
+class Turn:
+    """One turn of the conversation. (Plain classes, not dataclasses or NamedTuples: the
+    hook avoids importing dataclasses and typing.)"""
 
-    turn_index: int
-    role: str
-    text: str
-    timestamp: str | None
-    uuid: str | None
+    __slots__ = ("role", "text", "timestamp", "turn_index", "uuid")
+
+    def __init__(self, turn_index: int, role: str, text: str, timestamp: str | None,
+                 uuid: str | None) -> None:
+        self.turn_index = turn_index
+        self.role = role
+        self.text = text
+        self.timestamp = timestamp
+        self.uuid = uuid
 
 
 def _text_blocks(content: Any) -> str | None:
@@ -76,15 +84,18 @@ def turn_text(entry: Any) -> tuple[str, str] | None:
     return role, text.strip()
 
 
-class ReadResult(NamedTuple):
+class ReadResult:
     """Turns found past the offset, and where the next read starts."""
 
-    turns: list[Turn]
-    offset: int
-    next_index: int
+    __slots__ = ("next_index", "offset", "turns")
+
+    def __init__(self, turns: list[Turn], offset: int, next_index: int) -> None:
+        self.turns = turns
+        self.offset = offset
+        self.next_index = next_index
 
 
-def read_turns(path: str | Path, offset: int = 0, next_index: int = 0) -> ReadResult:
+def read_turns(path: str | os.PathLike[str], offset: int = 0, next_index: int = 0) -> ReadResult:
     """The turns of ``path`` from byte ``offset``; the first one found gets ``next_index``.
 
     A file shorter than ``offset`` was replaced (not appended to): it is read

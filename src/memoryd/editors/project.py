@@ -6,26 +6,34 @@ rows one writes are the rows the other reads.
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
-def git_toplevel(cwd: str | Path) -> Path | None:
+def git_toplevel(cwd: str | Path) -> str | None:
     """The top-level directory of the git work tree holding ``cwd``, or None.
 
     Found by looking for ``.git`` (a directory, or the file a worktree or a
     submodule has) from ``cwd`` upwards, which is what ``git rev-parse
-    --show-toplevel`` answers, without spawning git (hooks must return fast).
+    --show-toplevel`` answers, without spawning git (hooks must return fast;
+    os.path rather than pathlib for the same reason).
     """
-    start = Path(cwd).expanduser().resolve()
-    for folder in (start, *start.parents):
-        if (folder / ".git").exists():
+    folder = os.path.realpath(os.path.expanduser(cwd))
+    while True:
+        if os.path.exists(os.path.join(folder, ".git")):
             return folder
-    return None
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
 
 
 def project_name(cwd: str | Path) -> str:
     """``--project auto``: the name of the git top-level of ``cwd``, else ``cwd``'s own name."""
     top = git_toplevel(cwd)
-    folder = top if top is not None else Path(cwd).expanduser().resolve()
+    folder = top if top is not None else os.path.realpath(os.path.expanduser(cwd))
     # The root directory has no name; say so rather than write an empty owner.
-    return folder.name or str(folder)
+    return os.path.basename(folder) or folder
