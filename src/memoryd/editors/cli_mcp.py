@@ -77,7 +77,10 @@ def mcp(ctx: click.Context, agent_id: str, user_id: str | None, project: str, se
                    "`memoryd mcp install --client NAME` (Ctrl-C to stop).", err=True)
     from memoryd.editors import mcp_handshake
 
-    mcp_handshake.serve(binding, cfg)
+    try:
+        mcp_handshake.serve(binding, cfg)
+    except KeyboardInterrupt:  # Ctrl-C when run by hand
+        sys.exit(130)
 
 
 def _editor_options(fn: Any) -> Any:

@@ -12,9 +12,12 @@ how to start it, and the next call connects again.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import structlog
 
 from memoryd.client import (
     AccessDenied,
@@ -30,6 +33,8 @@ from memoryd.client import (
 from memoryd.editors.binding import Binding
 from memoryd.editors.mcp_tools import ToolSpec
 from memoryd.errors import ERROR_CODES
+
+log = structlog.get_logger(__name__)
 
 #: recall asks for more than k when rows the binding may not read (org rows, say)
 #: take places in the daemon's answer; never past the protocol's k limit.
@@ -121,7 +126,27 @@ class Bridge:
         }
 
     async def call(self, name: str, arguments: Mapping[str, Any] | None) -> ToolOutcome:
-        """Run one tool; every failure becomes an error outcome that says what to do."""
+        """Run one tool; every failure becomes an error outcome that says what to do.
+
+        Failures are logged (stderr, which editors keep as the server's log);
+        a bug in a handler is answered as an internal error and the bridge goes on.
+        """
+        started = time.perf_counter()
+        try:
+            outcome = await self._run(name, arguments)
+        except Exception as exc:
+            log.exception("mcp.tool_crashed", tool=name, error=repr(exc))
+            return ToolOutcome.error(f"internal error in the memoryd bridge ({type(exc).__name__}); "
+                                     "see the MCP server's log")
+        ms = round((time.perf_counter() - started) * 1000, 1)
+        if outcome.is_error:
+            detail = (outcome.meta or {}).get(ERROR_META_KEY, {})
+            log.warning("mcp.tool_failed", tool=name, ms=ms, code=detail.get("code"), error=outcome.text)
+        else:
+            log.debug("mcp.tool_done", tool=name, ms=ms)
+        return outcome
+
+    async def _run(self, name: str, arguments: Mapping[str, Any] | None) -> ToolOutcome:
         spec = self.specs.get(name)
         if spec is None:
             return ToolOutcome.error(f"unknown tool {name!r}; the tools are {', '.join(self.specs)}")

@@ -225,8 +225,15 @@ def serve(binding: Binding, cfg: Config) -> None:
     early = EarlyAnswers(sys.stdin.buffer, wire, specs, sdk_versions(), ready)
     if not early.run():
         return
+    from memoryd.log import configure_logging
+
+    # After the early answers: structlog's import is not on the handshake's path.
+    configure_logging(cfg.log_level, "json" if cfg.log_format == "auto" else cfg.log_format)
     ready.wait()
     if failures:
+        if isinstance(failures[0], ImportError):
+            raise SystemExit(f"memoryd mcp cannot start the MCP server: {failures[0]}; install the "
+                             "MCP Python SDK into this environment: pip install 'mcp>=2.3,<3'")
         raise failures[0]
     from memoryd.editors import mcp_server
 
