@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from memoryd.service.client import ClientError
-from memoryd.store.search import LEG_WEIGHTS, RRF_K
 from tests.search._daemon import stop_cleanly
 
 MODES = ("lexical", "vector", "hybrid")
@@ -163,17 +162,30 @@ def test_store_is_intact_after_hostile_queries(store: Any) -> None:
 
 
 # -- explain -------------------------------------------------------------------------
-def test_hybrid_explain_gives_each_legs_rank_and_the_rrf(store: Any) -> None:
+#: docs/protocol.md, "score": hybrid is weighted RRF, lexical 1 / (5 + rank), vector 1.5 / (5 + rank),
+#: times an importance boost 1 + 0.2 x (importance - 0.5) and a recency boost 1 + 0.1 x 0.5^(age_days / 30).
+#: Literal on purpose: the test must fail if the code's constants drift from what the docs promise
+#: (a row first in both legs scores 1/6 + 1.5/6 = 0.4167 here; plain RRF-60 would give 2/61 = 0.0328).
+DOC_RRF_C, DOC_WEIGHTS = 5, {"lexical": 1.0, "vector": 1.5}
+
+
+def test_hybrid_explain_gives_each_legs_rank_and_the_documented_weighted_rrf(store: Any) -> None:
+    from memoryd.clock import parse_rfc3339, utcnow
+
     daemon, ids, _ = store
     result = daemon.search("deploy script", mode="hybrid", k=10, agent_id="a1", explain=True)
+    now = utcnow()
     assert result["mode_used"] == "hybrid"
     by_id = {r["id"]: r for r in result["results"]}
     for r in result["results"]:
         ex = r["explain"]
         assert "rrf" in ex and ("lexical_rank" in ex or "vector_rank" in ex), ex
-        expected = sum(LEG_WEIGHTS[leg] / (RRF_K + ex[f"{leg}_rank"]) for leg in ("lexical", "vector")
+        expected = sum(DOC_WEIGHTS[leg] / (DOC_RRF_C + ex[f"{leg}_rank"]) for leg in ("lexical", "vector")
                        if f"{leg}_rank" in ex)
         assert ex["rrf"] == pytest.approx(expected, abs=1e-5)
+        assert ex["importance_boost"] == pytest.approx(1 + 0.2 * (r["importance"] - 0.5), abs=1e-5)
+        age_days = (now - parse_rfc3339(r["recorded_at"])).total_seconds() / 86400
+        assert ex["recency_boost"] == pytest.approx(1 + 0.1 * 0.5 ** (age_days / 30), abs=1e-5)
         assert r["score"] == pytest.approx(ex["rrf"] * ex["importance_boost"] * ex["recency_boost"],
                                            rel=1e-3)
     both = by_id[ids["phrase"]]["explain"]

@@ -8,10 +8,16 @@ other owner's rows are absent and a positive control is present in the same
 result, in every mode (lexical, vector, hybrid), for an exact-phrase query,
 with ``as_of`` and ``valid_at``, and on the fallback path of a daemon whose
 embedder is off.
+
+The ``as_of`` and ``valid_at`` variants ask about past times where the answer
+must differ from now: every owner also has a row written after the ``as_of``
+time (absent at ``as_of``) and a row valid only in 2020 (the only one present
+at ``valid_at`` 2020-06-01), so a filter that is ignored fails them.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,19 +44,44 @@ READER = {"agent_id": "a1", "user_id": "u1", "project": "p1", "session_id": "s1"
 MODES = ("lexical", "vector", "hybrid")
 
 
+#: A row of every owner that was true only in 2020 (the one row visible at VALID_AT).
+PAST = {"content": "In 2020 the smoke tests ran against the old staging cluster.", "kind": "fact",
+        "valid_from": "2020-01-01T00:00:00Z", "valid_to": "2021-01-01T00:00:00Z"}
+#: A row of every owner written after the as_of time (absent from an as_of search).
+LATE = {"content": "Release tagging now waits for the smoke tests on staging to pass.", "kind": "fact"}
+VALID_AT = "2020-06-01T00:00:00Z"
+#: daemon label -> the as_of time of its seed: after the first writes, before the LATE rows.
+SEEDED_AS_OF: dict[str, str] = {}
+
+
+def _owners() -> list[tuple[str, str]]:
+    return [(scope, owner) for scope, pair in OWNERS.items() for owner in pair] + [("org", "")]
+
+
+def _item(scope: str, owner: str, fields: dict[str, Any]) -> dict[str, Any]:
+    return {**fields, "scope": scope, **({KEY[scope]: owner} if scope != "org" else {})}
+
+
 def seed(daemon: Any) -> dict[tuple[str, str, str], str]:
-    """Write the store; return ids keyed by (scope, owner, kind) (owner '' for org)."""
+    """Write the store; return ids keyed by (scope, owner, kind) (owner '' for org; the
+    extra rows under the keys 'past' and 'late')."""
     keys: list[tuple[str, str, str]] = []
     items: list[dict[str, Any]] = []
-    for scope, pair in OWNERS.items():
-        for owner in pair:
-            for kind, content in CONTENT.items():
-                keys.append((scope, owner, kind))
-                items.append({"content": content, "kind": kind, "scope": scope, KEY[scope]: owner})
-    for kind, content in CONTENT.items():
-        keys.append(("org", "", kind))
-        items.append({"content": content, "kind": kind, "scope": "org"})
-    return dict(zip(keys, daemon.write_many(items), strict=True))
+    for scope, owner in _owners():
+        for kind, content in CONTENT.items():
+            keys.append((scope, owner, kind))
+            items.append(_item(scope, owner, {"content": content, "kind": kind}))
+        keys.append((scope, owner, "past"))
+        items.append(_item(scope, owner, PAST))
+    first = daemon.call("memory.write_many", {"items": items})["results"]
+    assert not any("duplicate_of" in r for r in first)
+    SEEDED_AS_OF[daemon.label] = max(r["recorded_at"] for r in first)
+    time.sleep(0.01)  # the LATE rows are recorded strictly after the as_of time
+    late_keys = [(scope, owner, "late") for scope, owner in _owners()]
+    late = daemon.write_many([_item(scope, owner, LATE) for scope, owner in _owners()])
+    ids = dict(zip(keys, [r["id"] for r in first], strict=True))
+    ids.update(zip(late_keys, late, strict=True))
+    return ids
 
 
 @pytest.fixture(scope="module")
@@ -94,19 +125,38 @@ def assert_scoped(result: dict[str, Any], ids: dict[tuple[str, str, str], str], 
 VARIANTS = {
     "plain": {"query": QUERY},
     "phrase": {"query": PHRASE},
-    "as_of": {"query": QUERY, "as_of": "now"},
-    "valid_at": {"query": QUERY, "valid_at": "now"},
+    "as_of": {"query": QUERY, "as_of": "seeded"},
+    "valid_at": {"query": QUERY, "valid_at": VALID_AT},
 }
 
 
-def _params(variant: str) -> dict[str, Any]:
-    from memoryd.clock import to_rfc3339, utcnow
-
+def _params(variant: str, daemon: Any) -> dict[str, Any]:
     params = dict(VARIANTS[variant])
-    for name in ("as_of", "valid_at"):
-        if params.get(name) == "now":
-            params[name] = to_rfc3339(utcnow())
+    if params.get("as_of") == "seeded":
+        params["as_of"] = SEEDED_AS_OF[daemon.label]
     return params
+
+
+def expected(variant: str, ids: dict[tuple[str, str, str], str],
+             owners: set[tuple[str, str]]) -> tuple[set[str], set[str]]:
+    """(rows of ``owners`` that must be in the answer, rows of anyone's that must not) at the
+    variant's time."""
+    if variant == "valid_at":  # only what was valid in mid-2020
+        return (select_ids(ids, owners=owners, kind="past"),
+                {v for (_, _, k), v in ids.items() if k != "past"})
+    if variant == "as_of":  # what the store held before the LATE rows were written
+        return (select_ids(ids, owners=owners, kind="procedure"), select_ids(ids, kind="late"))
+    return select_ids(ids, owners=owners, kind="procedure"), set()
+
+
+def assert_at_its_time(result: dict[str, Any], variant: str, ids: dict[tuple[str, str, str], str],
+                       owners: set[tuple[str, str]]) -> None:
+    """The variant's time filter changed the answer: its controls are in, the rows it
+    excludes are out, and nothing of another owner leaks."""
+    control, excluded = expected(variant, ids, owners)
+    assert_scoped(result, ids, visible=owners, control=control)
+    shown = excluded & {r["id"] for r in result["results"]}
+    assert not shown, f"{variant}: rows outside its time were returned: {sorted(shown)}"
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -114,10 +164,9 @@ def _params(variant: str) -> dict[str, Any]:
 def test_reader_sees_its_own_rows_and_org_never_the_other_owners(store: Any, mode: str,
                                                                   variant: str) -> None:
     daemon, ids = store
-    result = daemon.search(**_params(variant), mode=mode, k=50, **READER)
+    result = daemon.search(**_params(variant, daemon), mode=mode, k=50, **READER)
     assert result["mode_used"] == mode
-    procedures = select_ids(ids, owners=MINE, kind="procedure")
-    assert_scoped(result, ids, visible=MINE, control=procedures)
+    assert_at_its_time(result, variant, ids, MINE)
     assert not select_ids(ids, owners=THEIRS) & {r["id"] for r in result["results"]}
 
 
@@ -126,10 +175,8 @@ def test_reader_sees_its_own_rows_and_org_never_the_other_owners(store: Any, mod
 def test_other_owner_sees_only_its_rows(store: Any, mode: str, variant: str) -> None:
     daemon, ids = store
     theirs = {"agent_id": "a2", "user_id": "u2", "project": "p2", "session_id": "s2"}
-    result = daemon.search(**_params(variant), mode=mode, k=50, **theirs)
-    visible = THEIRS | {("org", "")}
-    assert_scoped(result, ids, visible=visible,
-                  control=select_ids(ids, owners=visible, kind="procedure"))
+    result = daemon.search(**_params(variant, daemon), mode=mode, k=50, **theirs)
+    assert_at_its_time(result, variant, ids, THEIRS | {("org", "")})
 
 
 @pytest.mark.parametrize("scope", list(OWNERS))
@@ -189,14 +236,13 @@ def test_kind_filter_narrows_by_kind_inside_the_scope(store: Any, mode: str) -> 
 @pytest.mark.parametrize("mode", MODES)
 def test_fallback_with_the_embedder_off_keeps_the_scope(store_off: Any, mode: str, variant: str) -> None:
     daemon, ids = store_off
-    result = daemon.search(**_params(variant), mode=mode, k=50, **READER)
+    result = daemon.search(**_params(variant, daemon), mode=mode, k=50, **READER)
     assert result["mode_used"] == "lexical"
     if mode != "lexical":
         assert any("vector leg skipped" in n for n in result["notices"]), result["notices"]
-    assert_scoped(result, ids, visible=MINE, control=select_ids(ids, owners=MINE, kind="procedure"))
-    other = daemon.search(**_params(variant), mode=mode, k=50, agent_id="a2")
-    assert_scoped(other, ids, visible={("agent", "a2"), ("org", "")},
-                  control={ids[("agent", "a2", "procedure")]})
+    assert_at_its_time(result, variant, ids, MINE)
+    other = daemon.search(**_params(variant, daemon), mode=mode, k=50, agent_id="a2")
+    assert_at_its_time(other, variant, ids, {("agent", "a2"), ("org", "")})
 
 
 def test_fallback_without_owner_fields_sees_only_org_rows(store_off: Any) -> None:
