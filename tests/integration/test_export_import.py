@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -247,3 +249,27 @@ def test_import_refuses_a_file_that_is_not_an_export(daemon: DaemonHandle) -> No
     assert done.returncode != 0
     assert "not a memoryd export header" in done.stderr
     assert daemon.scalar("SELECT count(*) FROM memories") == 0
+
+
+def test_export_with_vectors_carries_each_rows_current_embedding(daemon: DaemonHandle) -> None:
+    fresh = daemon.call("memory.write", {"content": "vector export probe", "agent_id": "a1"})["id"]
+    stale = daemon.call("memory.write", {"content": "vector export stale", "agent_id": "a1"})["id"]
+    daemon.call("memory.write", {"content": "vector export none", "agent_id": "a1"})
+    values = [((i % 7) - 3) / 8.0 for i in range(384)]  # exact in float32
+    blob = struct.pack("<384f", *values)
+    with daemon.db() as conn:
+        for memory_id, chash in ((fresh, None), (stale, "0" * 64)):
+            seq, own_hash = conn.execute("SELECT seq, content_hash FROM memories WHERE id = ?",
+                                         (memory_id,)).fetchone()
+            conn.execute("INSERT INTO memory_vectors (memory_seq, model, dim, vector, content_hash, "
+                         "embedded_at) VALUES (?, 'probe-model', 384, ?, ?, '2025-01-01T00:00:00.000000Z')",
+                         (seq, blob, chash or own_hash))
+    rows = daemon.call("memory.export", {"with_vectors": True}, admin=True)["memories"]
+    vectors = {r["content"]: r["vector"] for r in rows}
+    got = vectors["vector export probe"]
+    assert (got["model"], got["dim"], got["encoding"]) == ("probe-model", 384, "f32le-base64")
+    assert list(struct.unpack("<384f", base64.b64decode(got["data"]))) == values
+    # A vector of other content (stale) is not exported as this row's, and no vector is null.
+    assert vectors["vector export stale"] is None and vectors["vector export none"] is None
+    plain = daemon.call("memory.export", {}, admin=True)["memories"]
+    assert all("vector" not in r for r in plain)

@@ -116,16 +116,6 @@ def resolve_paths(socket: str | None = None, data_dir: str | None = None,
     return socket_path, data_path
 
 
-def default_user() -> str:
-    """The user id ``--scope user`` writes for when none is given: `memoryd mcp`'s default."""
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no login name (a container with an unknown uid)
-        return f"uid-{os.getuid()}"
-
-
 def run(opts: dict[str, Any], stdin: bytes) -> Any:
     """Run the hook on one payload with parsed options; return its Outcome."""
     import json
@@ -142,6 +132,8 @@ def run(opts: dict[str, Any], stdin: bytes) -> Any:
     socket_path, data_dir = resolve_paths(opts.get("socket"), opts.get("data_dir"), opts.get("config"))
     user_id = opts.get("user_id") or os.environ.get("MEMORYD_USER_ID") or None
     if opts["scope"] == "user" and not user_id:
+        from memoryd.editors.project import default_user
+
         user_id = default_user()
     options = capture_hook.Options(scope=opts["scope"], user_id=user_id, socket=socket_path,
                                    data_dir=data_dir, deadline=deadline)

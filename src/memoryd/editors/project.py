@@ -1,7 +1,7 @@
-"""The project name ``--project auto`` gives a working directory.
+"""The identity editors write under: the project ``--project auto`` names, the default user.
 
-The MCP bridge and Claude Code capture both name a project this way, so the
-rows one writes are the rows the other reads.
+The MCP bridge and Claude Code capture both name a project and a user this
+way, so the rows one writes are the rows the other reads.
 """
 
 from __future__ import annotations
@@ -37,3 +37,14 @@ def project_name(cwd: str | Path) -> str:
     folder = top if top is not None else os.path.realpath(os.path.expanduser(cwd))
     # The root directory has no name; say so rather than write an empty owner.
     return os.path.basename(folder) or folder
+
+
+def default_user() -> str:
+    """The user id when none is given: the login name, else ``uid-N`` (a container may
+    run under a uid with no name)."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid-{os.getuid()}"
