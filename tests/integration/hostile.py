@@ -63,9 +63,10 @@ QUIET_CONFIG: dict[str, Any] = {
     "governor_enabled": False,
 }
 
-# Methods that change the store when they succeed (their success moves the baseline).
-MUTATING = frozenset({"memory.write", "memory.write_many", "memory.supersede", "memory.forget",
-                      "review.decide", "queue.retry", "memory.import"})
+#: Methods that change no row when they succeed. After any other success (and after a method
+#: registered later) the runner waits for the work it queued before the next snapshot.
+READ_ONLY = frozenset({"memory.get", "memory.search", "memory.list", "memory.export", "daemon.ping",
+                       "daemon.status", "review.list", "queue.list", "audit.verify"})
 
 
 class _Missing:
@@ -801,7 +802,7 @@ class HostileRun:
             self._barrier(conn)
             if self.check_store:
                 self.probe.settle(self.active_passes)
-        elif self.check_store and isinstance(method, str) and method in MUTATING:
+        elif self.check_store and isinstance(method, str) and method not in READ_ONLY:
             self.probe.settle(self.active_passes)
         for answer in answers:
             if "result" in answer and isinstance(obj, dict):
@@ -949,16 +950,16 @@ def method_tables() -> tuple[list[str], list[str]]:
 
 
 def batches(agent_methods: Iterable[str], admin_methods: Iterable[str], *, max_size: int,
-            with_oversize: bool = True) -> st.SearchStrategy[list[Frame]]:
+            min_size: int = 1, with_oversize: bool = True) -> st.SearchStrategy[list[Frame]]:
+    """Lists of frames: the runner sends one list, then pings both sockets."""
     return st.lists(frames(agent_methods, admin_methods, with_oversize=with_oversize),
-                    min_size=1, max_size=max_size)
+                    min_size=min_size, max_size=max_size)
 
 
-def run_until(target: int, run: Callable[[], None], tally: Tally) -> Iterator[int]:
-    """Call the Hypothesis-driven ``run`` until ``target`` inputs were sent; yield the count each round."""
+def run_until(target: int, run: Callable[[], None], tally: Tally) -> None:
+    """Call the Hypothesis-driven ``run`` until ``target`` inputs were sent."""
     while tally.inputs < target:
         run()
-        yield tally.inputs
 
 
 @contextlib.contextmanager

@@ -46,14 +46,13 @@ def test_hostile_frames_get_contract_answers_and_refusals_change_nothing(
     agent, admin = hostile.method_tables()
     run.seed(20)
 
-    @settings(max_examples=60, deadline=None, database=None, derandomize=False,
-              suppress_health_check=list(HealthCheck))
-    @given(hostile.batches(agent, admin, max_size=8, with_oversize=False))
+    # 100 batches of 3: FAST_INPUTS in one Hypothesis run.
+    @settings(max_examples=100, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(hostile.batches(agent, admin, min_size=3, max_size=3, with_oversize=False))
     def feed(batch: list[hostile.Frame]) -> None:
         run.feed(batch)
 
-    for _ in hostile.run_until(FAST_INPUTS, feed, run.tally):
-        pass
+    hostile.run_until(FAST_INPUTS, feed, run.tally)
     lost = run.lost_rows()
     hostile.report(run.tally, "hostile_input_fast", tmp_path_factory.mktemp("hostile"))
     assert lost == [], f"acknowledged writes lost: {lost[:20]}"
@@ -61,15 +60,6 @@ def test_hostile_frames_get_contract_answers_and_refusals_change_nothing(
     # Positive controls: the mix reached the handlers, and some requests succeeded.
     assert run.tally.answers["ok"] > 0 and run.tally.answers["-32602"] > 0
     assert run.tally.refusals_checked > 0
-
-
-def test_every_registered_method_is_in_the_mix() -> None:
-    """New methods join the hostile mix by registering: the generator reads the dispatcher's tables."""
-    agent, admin = hostile.method_tables()
-    assert {"memory.write", "memory.write_many", "memory.get", "memory.search", "memory.supersede",
-            "memory.forget", "daemon.ping", "daemon.status"} <= set(agent)
-    assert {"review.list", "review.decide", "queue.list", "queue.retry", "audit.verify"} <= set(admin)
-    assert not {"review.list", "review.decide", "queue.list", "queue.retry"} & set(agent)
 
 
 def _request(method: str, params: Any, req_id: Any = 1) -> dict[str, Any]:
