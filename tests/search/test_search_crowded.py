@@ -89,10 +89,11 @@ def crowded(spawn: Any) -> Iterator[dict[str, Any]]:
 def insert_beyond_knn(daemon: Any, like_id: str) -> set[str]:
     """Insert N_BEYOND_KNN a4 rows, valid only in 2020, carrying the vector of ``like_id``.
 
-    Written straight into the daemon's database (rows, FTS via trigger,
-    memory_vectors and the vec0 index), as the embed pass would have.
+    Written straight into the daemon's database (rows, FTS via trigger, and
+    memory_vectors, whose trigger files the vector in the vec0 index), as the
+    embed pass would have.
     """
-    from sqlalchemy import insert, select, text
+    from sqlalchemy import insert, select
 
     from memoryd.clock import to_rfc3339, utcnow
     from memoryd.store.ids import new_memory_id
@@ -120,9 +121,6 @@ def insert_beyond_knn(daemon: Any, like_id: str) -> set[str]:
             conn.execute(insert(memory_vectors).values(
                 memory_seq=seq, model=vec.model, dim=vec.dim, vector=vec.vector,
                 content_hash=content_hash(content), embedded_at=stamp))
-            conn.execute(text("INSERT INTO memory_vec(memory_seq, embedding, scope_key, status, kind) "
-                              "VALUES (:seq, :vec, 'agent:a4', 'active', 'auto')"),
-                         {"seq": seq, "vec": vec.vector})
             ids.add(mid)
     return ids
 

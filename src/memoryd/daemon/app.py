@@ -108,6 +108,14 @@ class Daemon:
     def _open_store(self) -> Engine:
         engine = create_store_engine(self.cfg.resolved_db_url(), self.cfg.busy_timeout_ms)
         revision = migrate.upgrade(engine)
+        from memoryd.models.embedder import model_dimension, spec_name
+        from memoryd.store import vectors
+
+        # An embedder whose dimension differs from the stored vectors' is refused (the way out is
+        # `memoryd reembed`); then the free pages an index rebuild left go back to the disk.
+        vectors.check_dimension(engine, model_dimension(self.cfg.embedder), spec_name(self.cfg.embedder),
+                                self.cfg.embedder)
+        vectors.reclaim_space(engine)
         owner = node_id(self.data_dir)
         with engine.begin() as conn:
             released = jobq.release_owner(conn, owner, now=time.time())

