@@ -24,9 +24,9 @@ class UsageProblem(click.ClickException):
     exit_code = EXIT_ERROR
 
 
-def _load(config: str | None, socket: str | None) -> Config:
+def _load(config: str | None, socket: str | None, admin_socket: str | None = None) -> Config:
     try:
-        return load_config(config, socket=socket)
+        return load_config(config, socket=socket, admin_socket_path=admin_socket)
     except MemorydError as exc:
         raise UsageProblem(exc.message) from exc
 
@@ -38,11 +38,14 @@ def client_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                   help="Agent socket path (default: $MEMORYD_SOCKET, then the runtime dir).")
     @click.option("--config", "config_path", default=None, metavar="FILE",
                   help="Config file (default: $MEMORYD_CONFIG, then the platform config dir).")
+    @click.option("--admin-socket", "admin_socket", default=None, metavar="PATH",
+                  help="Operator socket path (default: $MEMORYD_ADMIN_SOCKET, then "
+                       "memoryd-admin/memoryd-admin.sock beside the agent socket's directory).")
     @click.option("--json", "as_json", is_flag=True, help="Print the method's result as JSON.")
     @functools.wraps(fn)
     def wrapper(*args: Any, socket_path: str | None, config_path: str | None, as_json: bool,
-                **kwargs: Any) -> Any:
-        cfg = _load(config_path, socket_path)
+                admin_socket: str | None, **kwargs: Any) -> Any:
+        cfg = _load(config_path, socket_path, admin_socket)
         return fn(*args, cfg=cfg, as_json=as_json, **kwargs)
 
     return wrapper
@@ -110,27 +113,34 @@ def main() -> None:
               help="Agent socket path (env MEMORYD_SOCKET).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="Config file (env MEMORYD_CONFIG).")
+@click.option("--admin-socket", "admin_socket", type=click.Path(dir_okay=False), default=None,
+              help="Operator socket path (env MEMORYD_ADMIN_SOCKET; default: "
+                   "memoryd-admin/memoryd-admin.sock in the parent of the agent socket's directory).")
 @click.option("--embedder", default=None, help="none | bundled | PATH (env MEMORYD_EMBEDDER).")
 @click.option("--llm", default=None, help="none | bundled | PATH (env MEMORYD_LLM).")
 @click.option("--log-level", default=None, help="debug | info | warning | error.")
 @click.option("--log-format", default=None, help="json | console | auto.")
 def run(data_dir: str | None, db_url: str | None, socket_path: str | None, config_path: str | None,
-        embedder: str | None, llm: str | None, log_level: str | None, log_format: str | None) -> None:
+        admin_socket: str | None, embedder: str | None, llm: str | None, log_level: str | None,
+        log_format: str | None) -> None:
     """Run the daemon in the foreground until SIGTERM or Ctrl-C.
 
     \b
     Example:
       memoryd run --data-dir ~/.local/share/memoryd --embedder bundled
     """
-    from memoryd.daemon.app import Daemon
-    from memoryd.log import configure_logging
-
+    # The config is read before the daemon's heavy imports (SQLAlchemy, Alembic, numpy),
+    # so a bad config is refused at once.
     try:
         cfg = load_config(config_path, data_dir=data_dir, db_url=db_url, socket=socket_path,
-                          embedder=embedder, llm=llm, log_level=log_level, log_format=log_format)
+                          admin_socket_path=admin_socket, embedder=embedder, llm=llm,
+                          log_level=log_level, log_format=log_format)
     except MemorydError as exc:
         click.echo(f"Error: {exc.message}", err=True)
         sys.exit(EXIT_ERROR)
+    from memoryd.daemon.app import Daemon
+    from memoryd.log import configure_logging
+
     configure_logging(cfg.log_level, cfg.log_format)
     try:
         code = Daemon(cfg).run()
@@ -484,6 +494,11 @@ def forget(cfg: Config, as_json: bool, memory_id: str | None, subject: str | Non
            no_tombstone: bool) -> None:
     """Erase a memory (or everything of one owner) and keep it from coming back.
 
+    By id, the memory's copies (collapsed duplicates) go with it, and review
+    proposals that involve it are withdrawn. By subject (an operator verb,
+    sent on the operator socket), every row carrying that owner value in any
+    scope is forgotten in batches of 500, with progress on stderr.
+
     \b
     Example:
       memoryd forget mem_01JD3Z8W6KQ2V7N4X9R5T1Y0AB --reason "wrong host"
@@ -502,11 +517,34 @@ def forget(cfg: Config, as_json: bool, memory_id: str | None, subject: str | Non
         params["subject"] = {field: value}
     if reason:
         params["reason"] = reason
-    result = _call(cfg, "memory.forget", params)
+    if memory_id:
+        result = _call(cfg, "memory.forget", params)
+    else:
+        result = _forget_subject(cfg, params, show_progress=not as_json and sys.stderr.isatty())
     if as_json:
         _print_json(result)
     else:
         click.echo(f"forget request {result['request_id']}: {result['matched']} memory(ies) now deleting")
+
+
+def _forget_subject(cfg: Config, params: dict[str, Any], show_progress: bool) -> dict[str, Any]:
+    """Forget by subject one batch at a time on the operator socket, showing progress."""
+    matched, request_ids, cursor = 0, [], None
+    while True:
+        page = _call(cfg, "memory.forget", {**params, "limit": 500, **({"cursor": cursor} if cursor else {})},
+                     admin=True)
+        matched += page["matched"]
+        request_ids += page["request_ids"]
+        if show_progress:
+            total = matched + page["remaining"]
+            click.echo(f"\rforgetting: {matched}/{total} rows marked", nl=False, err=True)
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    if show_progress:
+        click.echo("", err=True)
+    return {"request_id": request_ids[0] if request_ids else page["request_id"],
+            "request_ids": request_ids, "matched": matched}
 
 
 @main.group()
@@ -642,6 +680,7 @@ def audit_verify(cfg: Config, as_json: bool) -> None:
 
 # Commands that live in their own modules (imported last: they build on the options above).
 from memoryd.cli_data import export_cmd, import_cmd, list_cmd  # noqa: E402
+from memoryd.cli_reembed import reembed  # noqa: E402
 from memoryd.editors.cli_capture import capture  # noqa: E402
 from memoryd.editors.cli_mcp import mcp  # noqa: E402
 
@@ -650,3 +689,4 @@ main.add_command(export_cmd)
 main.add_command(import_cmd)
 main.add_command(capture)
 main.add_command(mcp)
+main.add_command(reembed)

@@ -72,8 +72,11 @@ def test_invented_kind_from_llm_is_rejected_and_row_stays_auto(
     with engine.begin() as conn:
         batch = jobq.claim(conn, "classify", owner="test", now=T0, lease_s=60, limit=10)
     assert [j.target for j in batch] == [memory_id]
-    with pytest.raises(ValueError, match="not one of the configured kinds"):
-        ClassifyPass().run(batch, ctx)
+    result = ClassifyPass().run(batch, ctx)
+    # The invented answer fails this job alone (the runner charges it); nothing is written.
+    assert [(job.target, type(exc).__name__) for job, exc in result.failed] == [(memory_id, "ValueError")]
+    assert "not one of the shortlisted kinds" in str(result.failed[0][1])
+    assert result.processed == 0
     assert llm.calls, "the LLM was never asked"
     offered = [k.strip() for k in llm.calls[0]["grammar"].split('"')[1::2]]
     assert len(offered) == 3 and set(offered) <= set(DEFAULT_KINDS)  # the shortlist, nothing else

@@ -41,7 +41,7 @@ def test_socket_activation_answers_a_write_sent_before_the_daemon_started() -> N
     home = Path(tempfile.mkdtemp(prefix="md-sa-", dir="/tmp"))
     sock_dir = home / "s"
     sock_dir.mkdir(mode=0o700)
-    agent, admin = sock_dir / "memoryd.sock", sock_dir / "memoryd-admin.sock"
+    agent, admin = sock_dir / "memoryd.sock", home / "memoryd-admin" / "memoryd-admin.sock"
     cmd = ["systemd-socket-activate", "-l", str(agent), "-l", str(admin),
            sys.executable, "-m", "memoryd", "run", "--data-dir", str(home / "data"),
            "--socket", str(agent), "--embedder", "none", "--log-format", "json"]

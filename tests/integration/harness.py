@@ -120,7 +120,8 @@ class DaemonHandle:
     # -- paths -------------------------------------------------------------
     @property
     def admin_socket(self) -> Path:
-        return self.socket.with_name("memoryd-admin.sock")
+        # PROTOCOL.md 1.1: its own directory in the parent of the agent socket's directory.
+        return self.socket.parent.parent / "memoryd-admin" / "memoryd-admin.sock"
 
     @property
     def db_path(self) -> Path:

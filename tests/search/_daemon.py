@@ -37,7 +37,7 @@ class SearchDaemon:
         self.label = label
         self.embedder = embedder
         self.data_dir = root / f"{label}-data"
-        self.socket = root / f"{label}-run" / "m.sock"
+        self.socket = root / f"{label}-run" / "s" / "m.sock"
         self.log_path = root / f"{label}.log"
         values = {**DEFAULT_CONFIG, **(config or {})}
         self.config_path = root / f"{label}.toml"

@@ -259,6 +259,7 @@ class Daemon:
         extra = {
             "sockets": {"agent": str(self.cfg.resolved_socket()),
                         "admin": str(self.cfg.admin_socket())},
+            "admin_socket": str(self.cfg.admin_socket()),
             "data_dir": str(self.data_dir),
             "write_queue": {"depth": self.committer.depth, "max": self.cfg.write_queue_max,
                             "batches": self.committer.batches, "writes": self.committer.units,

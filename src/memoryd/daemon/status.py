@@ -54,6 +54,11 @@ def snapshot(engine: Engine, started_at: float, passes: list[str],
                         "revive with `memoryd queue retry --all`")
     if governor["state"] == "paused" and "memory" in governor["reason"]:
         problems.append(f"paused: {governor['reason']}")
+    for name, st in pass_status.items():
+        if st.get("state") == "failing":
+            problems.append(f"pass {name} is failing: its last {st.get('consecutive_failures')} batches "
+                            f"failed ({st.get('error_class')}); see `memoryd queue list --state failed "
+                            f"--pass {name}` and the log")
     for name, m in models.items():
         if m.get("broken"):
             problems.append(m["broken"].get("message") or f"model {name} is broken; run `memoryd doctor`")

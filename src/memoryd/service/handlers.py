@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine
 from memoryd import PROTOCOL_VERSION, __version__
 from memoryd.clock import to_rfc3339, utcnow
 from memoryd.config import Config
-from memoryd.errors import InvalidParams, MemorydError, MethodNotFound, NotFound
+from memoryd.errors import Forbidden, InvalidParams, MemorydError, MethodNotFound, NotFound
 from memoryd.models.embedder import EmbedderAPI
 from memoryd.queue import jobs as jobq
 from memoryd.service import validation
@@ -73,6 +73,7 @@ class Dispatcher:
         }
         self.admin_methods: dict[str, Handler] = {
             **self.agent_methods,
+            "memory.forget": self.memory_forget_operator,
             "queue.list": self.queue_list,
             "queue.retry": self.queue_retry,
             "review.list": self.review_list,
@@ -239,20 +240,73 @@ class Dispatcher:
         return await self.committer.submit(WriteUnit([], peer.actor, op=op, wakes_runner=True))
 
     async def memory_forget(self, params: dict[str, Any], peer: Peer) -> Any:
+        """memory.forget on the agent socket: by id only (by subject is an operator verb)."""
         memory_id, subject, reason, tombstone = validation.parse_forget(params)
+        if subject is not None:
+            raise Forbidden("forget by subject is an operator verb, served on the operator socket "
+                            "only; run `memoryd forget --subject FIELD=VALUE` as the daemon's user",
+                            data={"field": "subject"})
+        return await self._forget_batch(memory_id, None, reason, tombstone, peer.actor, 0, None)
+
+    async def memory_forget_operator(self, params: dict[str, Any], peer: Peer) -> Any:
+        """memory.forget on the operator socket: by id, or by subject in bounded batches.
+
+        Each batch of at most ``limit`` rows (500 when not given) is its own
+        short transaction through the group committer, so client writes go
+        between batches instead of waiting behind one unbounded transaction.
+        With ``limit`` the call does one batch and answers ``next_cursor``
+        (null when done) and ``remaining``; without it, it runs every batch.
+        """
+        memory_id, subject, reason, tombstone = validation.parse_forget(params)
+        actor = f"operator:{peer.actor}"
+        if subject is None:
+            return await self._forget_batch(memory_id, None, reason, tombstone, actor, 0, None)
+        limit, after_seq = validation.parse_forget_page(params)
+        request_ids: list[str] = []
+        matched = 0
+        while True:
+            page = await self._forget_batch(None, subject, reason, tombstone, actor, after_seq,
+                                            limit or lifecycle.SUBJECT_BATCH)
+            matched += page["matched"]
+            if page["matched"]:
+                request_ids.append(page["request_id"])
+            if page["next_seq"] is None or limit is not None:
+                break
+            after_seq = page["next_seq"]
+        result: dict[str, Any] = {
+            "request_id": request_ids[0] if request_ids else page["request_id"],
+            "request_ids": request_ids, "matched": matched,
+        }
+        if limit is not None:
+            result["next_cursor"] = None if page["next_seq"] is None else f"s{page['next_seq']}"
+            result["remaining"] = await self._read(self._count_subject, subject, page["next_seq"])
+        return result
+
+    def _count_subject(self, subject: dict[str, str], after_seq: int | None) -> int:
+        if after_seq is None:
+            return 0
+        with read_only(self.engine) as conn:
+            return lifecycle.count_subject(conn, subject, after_seq)
+
+    async def _forget_batch(self, memory_id: str | None, subject: dict[str, str] | None,
+                            reason: str | None, tombstone: bool, actor: str, after_seq: int,
+                            limit: int | None) -> dict[str, Any]:
         max_attempts = self.cfg.job_max_attempts
 
         def op(conn: Connection, now: datetime, ctx: WriteContext) -> Any:
             return lifecycle.forget(conn, memory_id=memory_id, subject=subject, reason=reason,
                                     tombstone=tombstone, now=now, actor=ctx.actor,
-                                    max_attempts=max_attempts)
+                                    max_attempts=max_attempts, after_seq=after_seq, limit=limit)
 
-        return await self.committer.submit(WriteUnit([], peer.actor, op=op, wakes_runner=True))
+        out = await self.committer.submit(WriteUnit([], actor, op=op, wakes_runner=True))
+        if memory_id is not None:
+            return {"request_id": out["request_id"], "matched": out["matched"]}
+        return dict(out)
 
     # -- review.* and audit (operator socket) -----------------------------------
     async def review_list(self, params: dict[str, Any], peer: Peer) -> Any:
         validation.check_known(params, {"status", "limit"})
-        status = validation._enum(params, "status", ("open", "approved", "rejected", "stale"), "open")
+        status = validation._enum(params, "status", proposals.STATUSES, "open")
         limit = validation.int_param(params, "limit", 50, 1, 1000)
 
         def run() -> Any:

@@ -278,7 +278,7 @@ def parse_supersede(params: Mapping[str, Any]) -> tuple[str, str | None, Reader,
 
 def parse_forget(params: Mapping[str, Any]) -> tuple[str | None, dict[str, str] | None, str | None, bool]:
     """Validate memory.forget: (id, subject, reason, tombstone)."""
-    _unknown(params, {"id", "subject", "reason", "tombstone"})
+    _unknown(params, {"id", "subject", "reason", "tombstone", "limit", "cursor"})
     memory_id = params.get("id")
     subject = params.get("subject")
     if (memory_id is None) == (subject is None):
@@ -296,7 +296,24 @@ def parse_forget(params: Mapping[str, Any]) -> tuple[str | None, dict[str, str] 
     tombstone = params.get("tombstone", True)
     if not isinstance(tombstone, bool):
         raise InvalidParams("tombstone", "must be true or false")
+    if memory_id is not None:
+        for name in ("limit", "cursor"):
+            if name in params:
+                raise InvalidParams(name, "applies to a forget by subject only")
     return memory_id, parsed_subject, opt_str(params, "reason", 2000), tombstone
+
+
+def parse_forget_page(params: Mapping[str, Any]) -> tuple[int | None, int]:
+    """memory.forget by subject's paging: (rows for this call or None for all, seq to start after).
+
+    The cursor is the ``next_cursor`` of the previous call: an opaque string."""
+    limit = None if params.get("limit") is None else int_param(params, "limit", 500, 1, 5000)
+    cursor = params.get("cursor")
+    if cursor is None:
+        return limit, 0
+    if not isinstance(cursor, str) or not cursor.startswith("s") or not cursor[1:].isdigit():
+        raise InvalidParams("cursor", "must be the next_cursor of the previous answer")
+    return limit, int(cursor[1:])
 
 
 RESTORE_PARAMS = {

@@ -193,7 +193,7 @@ proposals = Table(
     Column("pair_key", String(64), nullable=False, unique=True),
     Column("reason", Text, nullable=False),
     Column("payload", JSON, nullable=False),
-    Column("status", String(16), nullable=False),  # open | approved | rejected | stale
+    Column("status", String(16), nullable=False),  # open | approved | rejected | stale | withdrawn
     Column("created_at", String(32), nullable=False),
     Column("created_by", String(64), nullable=False),
     Column("decided_at", String(32)),
