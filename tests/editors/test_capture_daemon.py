@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from memoryd.editors import capture_spool
-from tests.integration.harness import DaemonHandle
+from tests.integration.harness import DaemonHandle, wait_until
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "claude_code"
 SESSION = "5f3c2a9e-8b1d-4e7a-9c0f-2d6b8e4a1c37"
@@ -169,6 +169,20 @@ def test_a_hook_that_reaches_the_daemon_also_sends_what_was_spooled(
     assert daemon.count_content("spooled while the daemon was down") == 1
     assert capture_spool.pending(folder) == []
     assert len(captured(daemon)) == 4  # the three new turns and the spooled one
+
+
+def test_a_running_daemon_writes_what_hooks_spooled_within_a_tick(
+        start_daemon: Callable[..., DaemonHandle]) -> None:
+    # A hook whose budget ran out before the answer spools its turns while the daemon is up.
+    daemon = start_daemon(config={"tick_interval_s": 1.0})
+    folder = capture_spool.spool_dir(daemon.data_dir)
+    capture_spool.append(folder, [{"content": "spooled while the daemon was slow", "kind": "conversation",
+                                   "scope": "project", "project": "webshop", "session_id": "s0",
+                                   "idempotency_key": "claude-code:slow-0"}])
+    wait_until(lambda: daemon.count_content("spooled while the daemon was slow") == 1, timeout_s=30,
+               message="the spooled turn to be written")
+    wait_until(lambda: capture_spool.pending(folder) == [], timeout_s=30, message="the spool to empty")
+    assert daemon.count_content("spooled while the daemon was slow") == 1
 
 
 def test_user_scope_writes_the_turns_for_the_user(daemon: DaemonHandle, short_tmp: Path) -> None:

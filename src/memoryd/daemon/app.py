@@ -162,8 +162,12 @@ class Daemon:
             clock=utcnow, on_commit=runner.wakeup, access_flush_s=self.cfg.access_flush_s,
         )
         self.committer.start()
-        # Turns hooks spooled while the daemon was down, written before anyone can ask for them.
-        await loop.run_in_executor(None, capture_replay.replay, engine, self.cfg, write_ctx, utcnow())
+        # Turns hooks spooled while the daemon was down, written before anyone can ask for them;
+        # then every tick, for turns spooled while it was up but slower than a hook's budget.
+        await loop.run_in_executor(None, capture_replay.replay, engine, self.cfg, write_ctx)
+        self.scheduler.add_job(capture_replay.replay, "interval", args=(engine, self.cfg, write_ctx),
+                               seconds=self.cfg.tick_interval_s, id="capture.spool", coalesce=True,
+                               max_instances=1)
         dispatcher = Dispatcher(self.cfg, engine, self.committer, self.status,
                                 embedder=self.embedder)
         agent_path = self.cfg.resolved_socket()

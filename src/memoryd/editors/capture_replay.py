@@ -1,6 +1,9 @@
-"""The daemon's side of the capture spool: write what hooks spooled while it was down.
+"""The daemon's side of the capture spool: write what hooks spooled.
 
-Run once at start, before the sockets open. Each spooled item is validated
+Run at start, before the sockets open (turns spooled while the daemon was
+down), and then every tick (turns a hook spooled because the daemon answered
+later than the hook's budget; on a loaded machine that is most of them). Each
+spooled item is validated
 as a memory.write and written in its own unit (a refused turn — tombstoned,
 or its key reused with other params — does not hold back the others); a file
 is removed only after the transaction holding its writes has committed. The
@@ -17,6 +20,7 @@ from datetime import datetime
 import structlog
 from sqlalchemy import Engine
 
+from memoryd.clock import utcnow
 from memoryd.config import Config
 from memoryd.editors import capture_spool as spool
 from memoryd.errors import MemorydError, StoreUnavailable
@@ -38,10 +42,11 @@ class ReplayReport:
     kept: int = 0  # files left for the next start (the store failed)
 
 
-def replay(engine: Engine, cfg: Config, ctx: WriteContext, now: datetime,
+def replay(engine: Engine, cfg: Config, ctx: WriteContext, now: datetime | None = None,
            folder: str | None = None) -> ReplayReport:
     """Write every spooled file's items; remove each file once its writes committed."""
     folder = folder or spool.spool_dir(cfg.resolved_data_dir())
+    now = now or utcnow()
     report = ReplayReport()
     for path in spool.pending(folder):
         report.files += 1
