@@ -4,8 +4,9 @@ A real worker process (``python -m memoryd.models.worker``, models off: the
 ``ping`` op needs none) is started by the real client. The interleavings are
 forced at two points of the client's own process, never by sleeping:
 
-* ``subprocess.Popen.wait``: holds the reader of a dead worker after it saw
-  the end of the stream and before it fails that worker's requests;
+* ``subprocess.Popen.wait`` (and ``poll``): holds the reader of a dead worker
+  after it saw the end of the stream and before it fails that worker's
+  requests, with the process not yet reaped (as the kernel has it for a moment);
 * ``multiprocessing.connection.Connection.send``: holds a request just before
   it is written, or writes an ``exit`` in front of it, which makes the worker
   stop reading exactly as its idle timeout does (the same ``break`` in
@@ -54,6 +55,15 @@ def test_a_dead_workers_reader_never_fails_the_next_workers_request(
             release_old_reader.wait(WAIT_S)
         return real_wait(self, timeout)
 
+    real_poll = subprocess.Popen.poll
+
+    def poll(self: subprocess.Popen[bytes]) -> int | None:
+        # A killed process closes its sockets before it can be reaped: until the old
+        # reader goes on, the first worker still looks alive to poll().
+        if self.pid == first_pid and not release_old_reader.is_set():
+            return None
+        return real_poll(self)
+
     send_held = threading.Event()
     release_send = threading.Event()
     real_send = Connection.send
@@ -65,6 +75,7 @@ def test_a_dead_workers_reader_never_fails_the_next_workers_request(
         real_send(self, obj)
 
     monkeypatch.setattr(subprocess.Popen, "wait", wait)
+    monkeypatch.setattr(subprocess.Popen, "poll", poll)
     monkeypatch.setattr(Connection, "send", send)
 
     os.kill(first_pid, signal.SIGKILL)

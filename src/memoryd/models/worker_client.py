@@ -81,7 +81,7 @@ class _Generation:
     pending: dict[int, tuple[Future[Any], str | None, str]] = field(default_factory=dict)
     #: Said bye: it reads no more requests (guarded by ``lock``).
     retiring: bool = False
-    #: Its reader has failed what was left: nothing may be added (guarded by ``lock``).
+    #: Its stream has ended: nothing may be added; its reader fails what is left (guarded by ``lock``).
     closed: bool = False
     #: We killed it (timeout, stop): its death is not the model's crash.
     killed: bool = False
@@ -169,9 +169,12 @@ class ModelWorker:
                 fut.set_exception(ModelUnavailable(msg["error"]))
             else:
                 fut.set_exception(RuntimeError(msg["error"]))
+        with gen.lock:
+            # The stream ended: take no more requests, even before the process is reaped
+            # (its sockets close before it becomes a zombie that poll() can see).
+            gen.closed = True
         code = gen.proc.wait()
         with gen.lock:
-            gen.closed = True
             stranded = list(gen.pending.values())
             gen.pending.clear()
         with self._lock:
