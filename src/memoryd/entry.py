@@ -14,7 +14,8 @@ import sys
 
 def main() -> None:
     """Run ``memoryd`` with ``sys.argv``."""
-    if sys.argv[1:3] == ["capture", "claude-code"]:
+    from_hook = sys.argv[1:3] == ["capture", "claude-code"]
+    if from_hook:
         from memoryd.editors.capture_fast import main as hook
 
         code = hook(sys.argv[3:])
@@ -22,4 +23,12 @@ def main() -> None:
             sys.exit(code)
     from memoryd.cli import main as cli
 
-    cli()
+    try:
+        cli()
+    except SystemExit:
+        # A hook command must never fail the editor, not even when its options are mistyped:
+        # Claude Code reads exit 2 from a UserPromptSubmit hook as "block this prompt".
+        # click has printed the usage error on stderr already.
+        if from_hook:
+            sys.exit(0)
+        raise

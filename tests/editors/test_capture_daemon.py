@@ -200,6 +200,13 @@ def test_bad_or_partial_payloads_exit_0_and_print_nothing(module_daemon: DaemonH
     assert captured(module_daemon) == []
 
 
+def test_a_mistyped_option_exits_0_with_the_error_on_stderr(module_daemon: DaemonHandle) -> None:
+    # Claude Code reads exit 2 from a UserPromptSubmit hook as "block the prompt".
+    done = run_hook(hook_env(module_daemon), '{"hook_event_name": "Stop"}', "--scope", "team")
+    assert (done.returncode, done.stdout) == (0, "")
+    assert "Invalid value for '--scope'" in done.stderr
+
+
 def test_an_unwritable_data_dir_still_exits_0_and_prints_nothing(daemon: DaemonHandle,
                                                                  short_tmp: Path) -> None:
     session = Session(short_tmp / "work")
