@@ -101,6 +101,9 @@ def upsert(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
     """
     if not rows:
         return
+    if setting(conn, "model") is None:
+        # The store's embedder is decided by its first vectors (check_dimension reads this).
+        set_setting(conn, "model", str(rows[0]["model"]))
     if conn.dialect.name == "sqlite":
         conn.execute(insert(memory_vectors), list(rows))
         return
@@ -239,9 +242,11 @@ def check_dimension(engine: Engine, dim: int | None, model: str, spec: str) -> N
     """At daemon start: make sure the embedder's vectors fit the store's index.
 
     ``dim`` is the configured embedder's dimension (None when it is off or
-    unknown: the embed pass then checks each batch). A store without vectors
-    adopts the embedder's dimension (its empty index is rebuilt); a store whose
-    vectors have another dimension is refused with the way out.
+    unknown: the embed pass then checks each batch). A store whose embedder
+    is not decided yet (no vectors, no model recorded: a new store) adopts
+    this one: its empty index is rebuilt at ``dim`` and the model recorded.
+    Otherwise another dimension is refused with the way out; ``memoryd
+    reembed`` records its model, so a store it emptied keeps its new dimension.
     """
     if dim is None:
         return
@@ -250,14 +255,17 @@ def check_dimension(engine: Engine, dim: int | None, model: str, spec: str) -> N
         if stored == dim:
             return
         count = stored_count(conn)
-        if count == 0:
+        decided = setting(conn, "model")
+        if count == 0 and decided is None:
             rebuild_index(conn, dim, model)
             log.info("store.vector_index_rebuilt", dim=dim, previous_dim=stored, model=model)
             return
+    made_by = f", made by {decided!r}" if decided else ""
     raise DimensionMismatch(
-        f"the embedder {model!r} makes {dim}-dimensional vectors, but the {count} vectors in this "
-        f"store have {stored}; run `memoryd reembed --embedder {spec}` with the daemon stopped to "
-        "re-embed every memory with it, or start with the embedder the store was built with"
+        f"the embedder {model!r} makes {dim}-dimensional vectors, but this store's vector index "
+        f"holds {stored}-dimensional ones ({count} stored{made_by}); run `memoryd reembed "
+        f"--embedder {spec}` with the daemon stopped to re-embed every memory with it, or start "
+        "with the embedder the store was built with"
     )
 
 
