@@ -21,6 +21,14 @@ footing.
 
     .venv/bin/python bench/recall.py            # full run (about a minute)
     .venv/bin/python bench/recall.py --quick    # the three modes only
+
+``--set conversations`` measures the conversational set instead
+(tests/data/conversations/, six dialogues turn by turn; bench/recall_conversations.py
+says what it writes and how it scores): hit@k, recall@k, MRR@10 and session hit@10
+per mode and question type, for the tuning and the held-out half.
+
+    .venv/bin/python bench/recall.py --set conversations           # all six dialogues
+    .venv/bin/python bench/recall.py --set conversations --quick   # one dialogue per half
 """
 
 from __future__ import annotations
@@ -149,7 +157,16 @@ HOLDOUT = DATA.with_name("recall_holdout.json")
 
 
 def main() -> None:
-    args = h.parser(__doc__.splitlines()[0]).parse_args()
+    parser = h.parser(__doc__.splitlines()[0])
+    parser.add_argument("--set", choices=("notes", "conversations"), default="notes",
+                        help="notes: tests/data/recall*.json (default); "
+                             "conversations: tests/data/conversations/")
+    args = parser.parse_args()
+    if args.set == "conversations":
+        import recall_conversations
+
+        recall_conversations.main(args.quick, args.keep)
+        return
     h.banner("recall", f"{DATA.relative_to(DATA.parents[2])}: recall@5/@10 and MRR@10 per mode", args.quick)
     data = json.loads(DATA.read_text())
     reader = data["reader"]
