@@ -29,7 +29,11 @@ from tests.e2e.conftest import MODEL_START_TIMEOUT_S, E2EDaemon, new_daemon, sto
 from tests.e2e.helpers import get, load_jsonl
 from tests.integration.harness import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # Loading the model and embedding 2 x 231 notes: minutes on a loaded 2-core machine.
+    pytest.mark.timeout(1200),
+]
 
 KINDS = load_jsonl("kinds.jsonl")
 CONFIGURED_KINDS = {"fact", "decision", "preference", "procedure", "event", "task", "observation",
@@ -45,7 +49,7 @@ ACCURACY_FLOOR = 0.62
 CONFIDENT = 0.75  # 0.5 + 5 x classify_margin (0.05): the lead at which the embedding decides alone
 
 #: Loading the model and embedding 231 notes on a loaded 2-core machine (a hang guard).
-CLASSIFY_TIMEOUT_S = 300.0
+CLASSIFY_TIMEOUT_S = 900.0
 
 
 def _write_labelled(d: E2EDaemon, agent: str) -> dict[str, str]:
