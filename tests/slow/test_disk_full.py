@@ -165,6 +165,8 @@ def test_full_disk_refuses_writes_clearly_keeps_acknowledged_ones_and_recovers(
         assert c.call("daemon.ping")["pid"] == d.proc.pid  # type: ignore[union-attr]
         status = c.call("daemon.status")
         counts["status_while_full"] = {"health": status.get("health"), "problems": status.get("problems")}
+        assert status["health"] == "degraded"  # PROTOCOL: store errors make status degraded
+        assert any("disk is full" in p for p in status["problems"]), status["problems"]
         readable(c)
         found = c.call("memory.search", {"query": "token0x5", "agent_id": AGENT, "mode": "lexical"})
         assert [r["id"] for r in found["results"]][:1] == [next(iter(acked))]
@@ -174,6 +176,7 @@ def test_full_disk_refuses_writes_clearly_keeps_acknowledged_ones_and_recovers(
         after = [write(c) for _ in range(20)]
         counts["acknowledged_after_freeing"] = sum(after)
         assert all(after), f"writes still refused after freeing space: {messages[-3:]}"
+        assert c.call("daemon.status")["health"] == "healthy"  # a commit clears the store error
 
         # Full again, and this time the daemon is killed while full: the WAL must recover.
         filler = _fill(fs, 512 * 1024)

@@ -273,6 +273,8 @@ class Daemon:
                            "last_plan": [{"pass": n, "batch": b} for n, b in self.runner.last_plan[1]]}
         problems = [] if self.committer.broken is None else [
             f"the writer thread stopped ({self.committer.broken}): writes fail with 1003; restart memoryd"]
+        if self.committer.store_error is not None:
+            problems.append(f"the last write transaction failed: {self.committer.store_error}")
         return status_mod.snapshot(self.engine, self.started_at, list(self.passes),
                                    self.runner.status(), models, self.governor.current.as_dict(), extra,
                                    problems)

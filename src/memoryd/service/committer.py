@@ -66,6 +66,9 @@ class GroupCommitter:
         self._closing = False
         #: Why the writer thread stopped, if it died of a bug: writes then fail at once (1003).
         self.broken: str | None = None
+        #: The store error of the last write transaction, when it failed as a whole (disk full,
+        #: read-only, locked); cleared by the next one that commits. Status is degraded meanwhile.
+        self.store_error: str | None = None
         self.batches = 0
         self.units = 0
 
@@ -173,6 +176,11 @@ class GroupCommitter:
             log.exception("commit.crashed", units=len(units))
             err = MemorydError(f"write failed: {exc}; see the daemon log; nothing was written")
             outcomes = [err for _ in units]
+        # commit_units answers a failed transaction with one shared error for every unit.
+        failed_whole = bool(outcomes) and isinstance(outcomes[0], StoreUnavailable) and all(
+            o is outcomes[0] for o in outcomes)
+        if outcomes:
+            self.store_error = outcomes[0].message if failed_whole else None
         if access and units and all(isinstance(o, StoreUnavailable) for o in outcomes):
             # The whole transaction failed: the read counts wait for the next one.
             with self._cond:

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from memoryd.errors import MemorydError, StoreUnavailable
+from memoryd.passes import failures
 from memoryd.store.groupwrite import is_plain, write_plain
 from memoryd.store.memories import NewMemory, WriteContext, record_access, write_memory
 
@@ -72,11 +73,13 @@ def commit_units(engine: Engine, units: Sequence[WriteUnit], ctx: WriteContext, 
     plain = [i for i, u in enumerate(units) if u.op is None and is_plain(u.items)]
     try:
         with engine.begin() as conn:
+            taken: set[int] = set()
             if plain:
-                done = write_plain(conn, [(units[i].items, units[i].actor) for i in plain], now, ctx)
-                for i, outcome in zip(plain, done, strict=True):
-                    outcomes[i] = outcome
-            taken = set(plain)
+                done = _plain_group(conn, [units[i] for i in plain], now, ctx)
+                if done is not None:
+                    for i, outcome in zip(plain, done, strict=True):
+                        outcomes[i] = outcome
+                    taken = set(plain)
             for i, unit in enumerate(units):
                 if i not in taken:
                     outcomes[i] = _commit_one(conn, unit, now, ctx)
@@ -89,8 +92,24 @@ def commit_units(engine: Engine, units: Sequence[WriteUnit], ctx: WriteContext, 
     return outcomes
 
 
+def _plain_group(conn: Connection, units: Sequence[WriteUnit], now: datetime,
+                 ctx: WriteContext) -> list[UnitOutcome] | None:
+    """The group fast path in a savepoint; None when it raised something other than a
+    store error (a bug one unit's input reached), so each unit goes on the per-write
+    path and only the unit at fault is refused."""
+    try:
+        with conn.begin_nested():
+            return write_plain(conn, [(u.items, u.actor) for u in units], now, ctx)
+    except DBAPIError:
+        raise
+    except Exception as exc:
+        log.error("store.group_write_failed", units=len(units), error=failures.describe(exc))
+        return None
+
+
 def _commit_one(conn: Connection, unit: WriteUnit, now: datetime, ctx: WriteContext) -> UnitOutcome:
-    """A unit on the per-write path, in its own savepoint (a refusal rolls back only this unit)."""
+    """A unit on the per-write path, in its own savepoint: a refusal, or a bug its
+    input reached, rolls back only this unit and answers only its caller."""
     unit_ctx = WriteContext(actor=unit.actor, passes=ctx.passes, max_attempts=ctx.max_attempts,
                             idempotency_ttl_s=ctx.idempotency_ttl_s)
     try:
@@ -100,3 +119,9 @@ def _commit_one(conn: Connection, unit: WriteUnit, now: datetime, ctx: WriteCont
             return [write_memory(conn, item, now, unit_ctx) for item in unit.items]
     except MemorydError as exc:
         return exc
+    except DBAPIError:
+        raise  # the store itself failed: the whole transaction is answered 1003
+    except Exception as exc:
+        log.error("store.unit_failed", actor=unit.actor, error=failures.describe(exc))
+        return StoreUnavailable(f"write failed ({failures.error_class(exc)}); nothing was written; "
+                                "this is a memoryd bug, see the daemon log")
