@@ -88,14 +88,16 @@ class ObservedRunner(PassRunner):
 
 
 def make_runner(engine: Engine, *passes: Pass, cls: type[PassRunner] = PassRunner,
-                now: Callable[[], float] | None = None) -> PassRunner:
-    ctx = PassContext(engine=engine, config=Config(), embedder=Embedder("none"), now=now or time.time)
+                now: Callable[[], float] | None = None, config: Config | None = None) -> PassRunner:
+    ctx = PassContext(engine=engine, config=config or Config(), embedder=Embedder("none"),
+                      now=now or time.time)
     return cls({p.name: p for p in passes}, ctx, owner="node-test")
 
 
-def enqueue(engine: Engine, pass_name: str, target: str) -> None:
+def enqueue(engine: Engine, pass_name: str, *targets: str, max_attempts: int = 5) -> None:
     with engine.begin() as conn:
-        jobq.enqueue(conn, pass_name, target, now=time.time(), max_attempts=5)
+        for target in targets:
+            jobq.enqueue(conn, pass_name, target, now=time.time(), max_attempts=max_attempts)
 
 
 def job_of(engine: Engine, pass_name: str) -> Any:

@@ -16,8 +16,7 @@ from sqlalchemy.exc import OperationalError
 
 from memoryd.config import Config
 from memoryd.daemon import status as status_mod
-from memoryd.daemon.runner import FAILING_AFTER, PassRunner
-from memoryd.models.embedder import Embedder
+from memoryd.daemon.runner import FAILING_AFTER
 from memoryd.passes import failures
 from memoryd.passes.base import Pass, PassContext, PassResult, PerJobPass
 from memoryd.queue import jobs as jobq
@@ -27,6 +26,7 @@ from memoryd.store.engine import read_only
 from memoryd.store.schema import jobs
 
 from .helpers import effects
+from .test_runner import enqueue, make_runner
 
 BAD = "poison"
 
@@ -75,17 +75,6 @@ class PermanentStoreError(Pass):
         with self.bare.connect() as conn:
             conn.execute(text("SELECT count(*) FROM memory_vec"))
         raise AssertionError("unreachable: memory_vec needs vec0")
-
-
-def make_runner(engine: Engine, *passes: Pass, config: Config | None = None) -> PassRunner:
-    ctx = PassContext(engine=engine, config=config or Config(), embedder=Embedder("none"), now=time.time)
-    return PassRunner({p.name: p for p in passes}, ctx, owner="node-test")
-
-
-def enqueue(engine: Engine, pass_name: str, *targets: str, max_attempts: int = 5) -> None:
-    with engine.begin() as conn:
-        for target in targets:
-            jobq.enqueue(conn, pass_name, target, now=time.time(), max_attempts=max_attempts)
 
 
 def jobs_of(engine: Engine, pass_name: str) -> dict[str, Any]:
