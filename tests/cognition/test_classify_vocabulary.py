@@ -95,11 +95,13 @@ def test_llm_answer_inside_the_shortlist_is_written(
     clf = PrototypeClassifier(list(DEFAULT_KINDS))
     probe = make_ctx(classify_margin=1.0, classify_llm=True)
     clf.ready(probe.embedder)
-    memory_id = write_auto(engine, write_ctx, "Someone said the build looks slower since Tuesday.")
+    text = "Someone said the build looks slower since Tuesday."
+    memory_id = write_auto(engine, write_ctx, text)
     drain(probe, EmbedPass())
     with engine.connect() as conn:
         blob = conn.execute(select(memory_vectors.c.vector)).scalar_one()
-    shortlist = [k for k, _ in clf.scores(vectors.from_blob(blob), "")][:3]
+    # The pass shortlists by the vector and the text's cues, so the probe asks the same.
+    shortlist = [k for k, _ in clf.scores(vectors.from_blob(blob), text)][:3]
     ctx = make_ctx(llm=InventingLLM(" " + shortlist[-1]), classify_margin=1.0, classify_llm=True)
     drain(ctx, ClassifyPass())
     with engine.connect() as conn:
