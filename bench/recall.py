@@ -29,6 +29,7 @@ per mode and question type, for the tuning and the held-out half.
 
     .venv/bin/python bench/recall.py --set conversations           # all six dialogues
     .venv/bin/python bench/recall.py --set conversations --quick   # one dialogue per half
+    .venv/bin/python bench/recall.py --set conversations --reuse /tmp/conv   # keep the loaded store
 """
 
 from __future__ import annotations
@@ -161,11 +162,18 @@ def main() -> None:
     parser.add_argument("--set", choices=("notes", "conversations"), default="notes",
                         help="notes: tests/data/recall*.json (default); "
                              "conversations: tests/data/conversations/")
+    parser.add_argument("--reuse", type=Path, metavar="DIR",
+                        help="conversations only: load and embed the set into DIR once, and search the "
+                             "store kept there on later runs with the same DIR (a different --quick "
+                             "needs another DIR)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="conversations only: also re-fuse the tuning half's legs offline under "
+                             "ranking variants (bench/recall_conv_sweep.py)")
     args = parser.parse_args()
     if args.set == "conversations":
         import recall_conversations
 
-        recall_conversations.main(args.quick, args.keep)
+        recall_conversations.main(args.quick, args.keep, args.reuse, args.sweep)
         return
     h.banner("recall", f"{DATA.relative_to(DATA.parents[2])}: recall@5/@10 and MRR@10 per mode", args.quick)
     data = json.loads(DATA.read_text())

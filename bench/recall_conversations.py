@@ -22,17 +22,21 @@ Figures, per half, per mode, per question type and overall:
 - for ``changed`` questions, stale-first@10: the share whose top 10 ranks a
   superseded statement (``stale_evidence``) above every current one.
 
-A question's ``as_of`` date is not sent: the daemon's ``as_of`` filters on
-``recorded_at`` (when memoryd learned a row; every turn here is recorded at
-load time), so it would hide the whole haystack. It is in the data for the
-time-aware search of issue 14 item 2.
+A question's ``as_of`` date is not sent as ``as_of``: the daemon's ``as_of``
+filters on ``recorded_at`` (when memoryd learned a row; every turn here is
+recorded at load time), so it would hide the whole haystack. It is sent as
+``time_ref``, the time the query's own time expressions ("in May", "last
+week") are read against; a question without ``as_of`` is asked the day after
+its dialogue's last session (the README's rule for undated questions).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +52,6 @@ BATCH = 500  # memory.write_many takes up to 1,000 items
 
 def load_set(quick: bool) -> list[dict[str, Any]]:
     """The dialogues, in id order; ``quick`` keeps one dialogue of each half."""
-    import json
-
     dialogues = [json.loads(p.read_text()) for p in sorted(DATA.glob("d*.json"))]
     if quick:
         dialogues = [next(d for d in dialogues if d["split"] == half) for half in HALVES]
@@ -85,6 +87,26 @@ def load(daemon: h.Daemon, dialogues: Sequence[dict[str, Any]]) -> dict[str, str
                 raise SystemExit(f"{turn_id} was answered as a duplicate of {result['duplicate_of']}")
             to_turn[result["id"]] = turn_id
     return to_turn
+
+
+def neighbour_ids(dialogues: Sequence[dict[str, Any]], to_turn: dict[str, str]) -> dict[str, list[str]]:
+    """daemon id -> the daemon ids of the turns just before and after it in its session."""
+    to_id = {turn: mid for mid, turn in to_turn.items()}
+    out: dict[str, list[str]] = {}
+    for d in dialogues:
+        for session in d["sessions"]:
+            ids = [to_id[t["id"]] for t in session["turns"]]
+            for i, mid in enumerate(ids):
+                out[mid] = [ids[j] for j in (i - 1, i + 1) if 0 <= j < len(ids)]
+    return out
+
+
+def time_ref(q: dict[str, Any], dialogue: dict[str, Any]) -> str:
+    """When the question is asked: its ``as_of`` date, else the day after the last session (UTC midnight)."""
+    from datetime import date, timedelta
+
+    day = q["as_of"] or (date.fromisoformat(dialogue["sessions"][-1]["date"]) + timedelta(days=1)).isoformat()
+    return f"{day}T00:00:00Z"
 
 
 def score(ranked: Sequence[str], q: dict[str, Any], session_of: dict[str, str]) -> dict[str, float]:
@@ -161,7 +183,23 @@ def source_state() -> str:
         return "unknown"
 
 
-def main(quick: bool, keep: bool) -> None:
+TURNS_FILE = "turns.json"  # daemon id -> turn id, beside a --reuse store
+
+
+@contextlib.contextmanager
+def _root(reuse: Path | None, keep: bool) -> Iterator[Path]:
+    """The run's directory: ``reuse`` (created if new, never removed), else a temporary one."""
+    if reuse is None:
+        with h.workdir("recall-conv", keep=keep) as root:
+            yield root
+        return
+    if len(str(reuse.resolve())) > 60:
+        raise SystemExit(f"--reuse {reuse}: use a short path (the daemon's socket lives under it)")
+    reuse.mkdir(parents=True, exist_ok=True)
+    yield reuse.resolve()
+
+
+def main(quick: bool, keep: bool, reuse: Path | None = None, sweep: bool = False) -> None:
     from recall import wait_vector_ready
 
     what = "hit@k, recall@k, MRR@10 and session hit@10 per mode"
@@ -170,18 +208,28 @@ def main(quick: bool, keep: bool) -> None:
     questions = [{**q, "half": d["split"]} for d in dialogues for q in d["questions"]]
     session_of = {t["id"]: s["id"] for d in dialogues for s in d["sessions"] for t in s["turns"]}
     reader = {q["id"]: project_of(d) for d in dialogues for q in d["questions"]}
+    asked_at = {q["id"]: time_ref(q, d) for d in dialogues for q in d["questions"]}
     n_turns = len(session_of)
     print(f"{len(dialogues)} dialogues ({', '.join(d['id'] + ' ' + d['split'] for d in dialogues)}), "
           f"{n_turns} turns, {len(questions)} questions; source {source_state()}")
 
-    with h.workdir("recall-conv", keep=keep) as root, \
+    with _root(reuse, keep) as root, \
             h.Daemon(root, embedder="bundled", config={"governor_enabled": False}) as daemon:
         t0 = time.perf_counter()
-        to_turn = load(daemon, dialogues)
+        saved = root / TURNS_FILE
+        if saved.exists():
+            # A loaded and embedded store from an earlier run with --reuse: the same data dir,
+            # searched by the code as it is now (embedding the set is most of a run's time).
+            to_turn = json.loads(saved.read_text())
+            print(f"reusing {root}: {len(to_turn)} turns loaded by an earlier run")
+        else:
+            to_turn = load(daemon, dialogues)
         written_s = time.perf_counter() - t0
         h.wait_drained(daemon, "embed")
         wait_vector_ready(daemon)
         embedded_s = time.perf_counter() - t0
+        if reuse is not None and not saved.exists():
+            saved.write_text(json.dumps(to_turn))
         print(f"written in {written_s:.1f} s, embedded by {embedded_s:.1f} s")
 
         ranked: dict[str, dict[str, list[str]]] = {}
@@ -192,7 +240,8 @@ def main(quick: bool, keep: bool) -> None:
                 ranked[q["id"]], per_question[q["id"]] = {}, {}
                 for mode in MODES:
                     res = client.call("memory.search", {"query": q["question"], "mode": mode, "k": K,
-                                                        "project": reader[q["id"]]})
+                                                        "project": reader[q["id"]],
+                                                        "time_ref": asked_at[q["id"]]})
                     if res["mode_used"] != mode:
                         raise SystemExit(f"{q['id']}: asked {mode}, answered {res['mode_used']}: "
                                          f"{res['notices']}")
@@ -201,6 +250,15 @@ def main(quick: bool, keep: bool) -> None:
                     per_question[q["id"]][mode] = score(turns, q, session_of)
         search_s = time.perf_counter() - t1
         print(f"{len(questions) * len(MODES)} searches in {search_s:.1f} s")
+        variants = None
+        if sweep:
+            import recall_conv_sweep
+
+            with daemon.client() as client:
+                hybrid = {q["id"]: ranked[q["id"]]["hybrid"] for q in questions}
+                variants = recall_conv_sweep.sweep(client, questions, reader, asked_at, hybrid,
+                                                   to_turn, session_of, score, FIGURES,
+                                                   neighbour_ids(dialogues, to_turn))
 
     summary = summarise(per_question, questions)
     print_tables(summary)
@@ -208,7 +266,7 @@ def main(quick: bool, keep: bool) -> None:
         "source": source_state(), "n_dialogues": len(dialogues), "n_turns": n_turns,
         "n_questions": {half: sum(q["half"] == half for q in questions) for half in HALVES},
         "timings_s": {"write": written_s, "embedded": embedded_s, "search": search_s},
-        "summary": summary,
+        "summary": summary, "sweep": variants,
         "questions": {q["id"]: {"half": q["half"], "type": q["type"], "evidence": q["evidence"],
                                 "top10": ranked[q["id"]], "figures": per_question[q["id"]]}
                       for q in questions},

@@ -31,7 +31,7 @@ WRITE_PARAMS = {
 }
 SEARCH_PARAMS = {
     "query", "k", "scope", "agent_id", "user_id", "project", "session_id", "kind", "mode",
-    "as_of", "valid_at", "include_candidates", "explain",
+    "as_of", "valid_at", "time_ref", "include_candidates", "explain",
 }
 MODES = ("hybrid", "lexical", "vector")
 
@@ -220,6 +220,7 @@ def parse_search(params: Mapping[str, Any], cfg: Config) -> SearchRequest:
         kind=_enum(params, "kind", ["auto", *cfg.kinds], None),
         mode=_enum(params, "mode", MODES, "hybrid") or "hybrid",
         as_of=opt_time(params, "as_of"), valid_at=opt_time(params, "valid_at"),
+        time_ref=opt_time(params, "time_ref"),
         include_candidates=include_candidates, explain=explain,
     )
 

@@ -12,7 +12,11 @@ also pass the time filters, or says it is partial. Ranking:
   the vector leg on paraphrases at both recall@5 and recall@10 while matching
   the lexical leg on keyword questions (c=60, w=1 lost to the vector leg);
 * two small boosts multiply it: importance ``1 + 0.2 × (importance − 0.5)``
-  (0.9 … 1.1) and recency ``1 + 0.1 × 0.5^(age_days / 30)`` (1.0 … 1.1).
+  (0.9 … 1.1) and recency ``1 + 0.1 × 0.5^(age_days / 30)`` (1.0 … 1.1);
+* a time boost: when the query names a time ("last week", "in May",
+  text/timeexpr.py), rows whose ``occurred_at`` (else ``recorded_at``) falls
+  inside it are multiplied by TIME_BOOST. A boost, never a filter: a row
+  dated wrongly (or a question about a plan made earlier) still ranks.
 
 Lexical-only results score ``-bm25`` and vector-only results ``1 − cosine
 distance``, so a score is comparable within one answer, not across modes.
@@ -48,6 +52,7 @@ from memoryd.store import prepared, vectors
 from memoryd.store.schema import jobs, memories
 from memoryd.store.scope import Reader, scope_keys, visible
 from memoryd.text.normalize import STOPWORDS
+from memoryd.text.timeexpr import TimeWindow, parse_time
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 MAX_TERMS = 64
@@ -56,6 +61,8 @@ LEG_WEIGHTS = {"lexical": 1.0, "vector": 1.5}
 IMPORTANCE_WEIGHT = 0.2
 RECENCY_WEIGHT = 0.1
 RECENCY_HALF_LIFE_DAYS = 30.0
+#: Hybrid score factor for a row inside a time window the query names.
+TIME_BOOST = 1.5
 #: The lexical leg checks the best max(limit x LEX_OVERFETCH, LEX_MIN_FETCH) full-text matches
 #: against the filters first, and fetches more only when too few pass.
 LEX_OVERFETCH = 10
@@ -67,7 +74,7 @@ fts = table("memories_fts", literal_column("rowid"))
 #: What the legs fetch of each candidate: enough to rank and fuse. The rows that make
 #: the answer are read whole once, at the end (hydrate), not every candidate of both legs.
 CANDIDATE = (memories.c.seq, memories.c.id, memories.c.scope, memories.c.owner,
-             memories.c.importance, memories.c.recorded_at)
+             memories.c.importance, memories.c.recorded_at, memories.c.occurred_at)
 
 #: A set of seqs passed as one JSON array: the statement has one parameter whatever the
 #: candidate count, so it compiles once (an expanding IN recompiles its parameter list per call).
@@ -103,6 +110,8 @@ class SearchRequest:
     mode: str = "hybrid"
     as_of: str | None = None
     valid_at: str | None = None
+    #: The time the query's time expressions are read against (else as_of, else the clock).
+    time_ref: str | None = None
     include_candidates: bool = False
     explain: bool = False
 
@@ -259,9 +268,23 @@ def _boosts(row: dict[str, Any], ref: datetime) -> tuple[float, float]:
     return importance, recency
 
 
+def in_windows(row: dict[str, Any], windows: Sequence[TimeWindow]) -> bool:
+    """Whether the row happened (``occurred_at``, else ``recorded_at``) inside any of the windows."""
+    if not windows:
+        return False
+    when = parse_rfc3339(row.get("occurred_at") or row["recorded_at"])
+    return any(w.contains(when) for w in windows)
+
+
+def time_notices(windows: Sequence[TimeWindow], applied: bool) -> list[str]:
+    """One notice per time expression read from the query, saying how it was used."""
+    how = "boost" if applied else "not applied: the time boost is a hybrid-mode stage"
+    return [f"time: '{w.phrase}' read as {w.describe()} ({how})" for w in windows]
+
+
 def fuse(lexical_rows: Sequence[dict[str, Any]], vector_rows: Sequence[dict[str, Any]], k: int,
-         ref: datetime, explain: bool) -> list[dict[str, Any]]:
-    """Reciprocal rank fusion of the two legs with the importance and recency boosts."""
+         ref: datetime, explain: bool, windows: Sequence[TimeWindow] = ()) -> list[dict[str, Any]]:
+    """Reciprocal rank fusion of the two legs with the importance, recency and time boosts."""
     merged: dict[int, dict[str, Any]] = {}
     stages: dict[int, dict[str, Any]] = {}
     for leg, rows in (("lexical", lexical_rows), ("vector", vector_rows)):
@@ -279,6 +302,9 @@ def fuse(lexical_rows: Sequence[dict[str, Any]], vector_rows: Sequence[dict[str,
         st.update(importance_boost=importance, recency_boost=recency)
         item = dict(row)
         item["score"] = st["rrf"] * importance * recency
+        if windows:
+            st["time_boost"] = TIME_BOOST if in_windows(row, windows) else 1.0
+            item["score"] *= st["time_boost"]
         if explain:
             item["explain"] = {key: round(v, 6) if isinstance(v, float) else v for key, v in st.items()}
         out.append(item)
@@ -332,6 +358,8 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
     now_s = to_rfc3339(now)
     ref = parse_rfc3339(req.as_of) if req.as_of else now
     notices: list[str] = []
+    time_ref = parse_rfc3339(req.time_ref) if req.time_ref else ref
+    windows = parse_time(req.query, time_ref)
     if fts_match(req.query) is None:
         notices.append("the query has no searchable words for the lexical leg")
     want = leg_limit(req)
@@ -368,7 +396,7 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
 
     if use_vector and use_lexical:
         mode_used = "hybrid"
-        rows = fuse(lex_rows, vec_rows, req.k, ref, req.explain)
+        rows = fuse(lex_rows, vec_rows, req.k, ref, req.explain, windows)
     elif use_vector:
         mode_used = "vector"
         rows = _single(vec_rows, req, lambda r: 1.0 - r["distance"], "vector")
@@ -381,6 +409,7 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
             fill_vec = qvec if qvec is not None else (lazy_vec() if lazy_vec else None)
             if fill_vec is not None:
                 rows += _fill(rows, vector(conn, req, now_s, fill_vec, want)[0], req, "vector", notices)
+    notices += time_notices(windows, applied=mode_used == "hybrid")
     return SearchOutcome(results=hydrate(conn, rows), mode_used=mode_used, notices=notices)
 
 
