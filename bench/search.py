@@ -3,8 +3,9 @@
 For each store size the benchmark builds a SQLite store directly (migrated
 by memoryd.store.migrate, rows inserted through SQLAlchemy on an engine from
 create_store_engine, the FTS index rebuilt from the rows, and stored random
-unit vectors in both memory_vectors and the vec0 index memory_vec), starts a
-real daemon on it (bundled embedder), and measures over the socket:
+unit vectors written through vectors.upsert into the vec0 index, as the embed
+pass writes them), starts a real daemon on it (bundled embedder), and measures
+over the socket:
 
 * hybrid, lexical and vector search p50/p95 with the query vector cached;
 * hybrid and vector with distinct, never-seen queries (the query embedding
@@ -12,8 +13,9 @@ real daemon on it (bundled embedder), and measures over the socket:
 * in the same run, interleaved query by query (in an order that rotates from
   one query to the next), the raw FTS5 MATCH query
   (the daemon's own MATCH expression and first fetch size) and the raw
-  sqlite-vec KNN queries (its first fetch: one query per visible scope_key
-  partition, status, k = 40, merged), issued directly through
+  sqlite-vec KNN queries (its first fetch: the visible owners' ids, then one
+  query per owner in its bucket partition with owner_id and status filtered
+  inside the scan, k = 40, merged), issued directly through
   memoryd.store.driver with sqlite_vec loaded.
 
 It prints hybrid p50 ÷ (raw FTS p50 + raw KNN p50) (target ≤ 1.5) and the
@@ -96,10 +98,10 @@ def build_store(data_dir: Path, n: int, seed: int) -> dict[str, Any]:
     from sqlalchemy import insert, text
 
     from memoryd.clock import to_rfc3339, utcnow
-    from memoryd.store import migrate
+    from memoryd.store import migrate, vectors
     from memoryd.store.engine import create_store_engine
     from memoryd.store.ids import new_memory_id
-    from memoryd.store.schema import memories, memory_vectors
+    from memoryd.store.schema import memories
 
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     engine = create_store_engine(f"sqlite:///{data_dir / 'memoryd.db'}")
@@ -133,12 +135,9 @@ def build_store(data_dir: Path, n: int, seed: int) -> dict[str, Any]:
             vrows = [{"memory_seq": s, "model": "all-MiniLM-L6-v2", "dim": DIM, "vector": v.tobytes(),
                       "content_hash": "bench", "embedded_at": stamp}
                      for s, v in zip(chunk, vecs, strict=True)]
-            conn.execute(insert(memory_vectors), vrows)
-            conn.execute(text(
-                "INSERT INTO memory_vec(memory_seq, embedding, scope_key, status, kind) "
-                "SELECT v.memory_seq, v.vector, m.scope || ':' || m.owner, m.status, m.kind "
-                "FROM memory_vectors v JOIN memories m ON m.seq = v.memory_seq "
-                "WHERE v.memory_seq BETWEEN :lo AND :hi"), {"lo": chunk[0], "hi": chunk[-1]})
+            # As the embed pass stores them: into memory_vectors, whose trigger files each
+            # vector in the vec0 index under its owner (migration 0007).
+            vectors.upsert(conn, vrows)
     engine.dispose()
     db = data_dir / "memoryd.db"
     return {"n": n, "build_s": time.perf_counter() - t0, "db_bytes": db.stat().st_size,
@@ -150,14 +149,9 @@ class Raw:
     """The daemon's two index queries, issued directly (same driver, sqlite-vec loaded)."""
 
     def __init__(self, db: Path):
-        import sqlite_vec
-
         from memoryd.store import driver
 
-        self.conn = driver.connect(str(db))
-        self.conn.enable_load_extension(True)
-        sqlite_vec.load(self.conn)
-        self.conn.enable_load_extension(False)
+        self.conn = driver.connect(str(db))  # sqlite-vec loaded
         self.keys = [f"agent:{READER['agent_id']}", f"user:{READER['user_id']}", "org:"]
 
     def fts(self, query: str) -> int:
@@ -173,13 +167,19 @@ class Raw:
         return len(self.knn_seqs(vec))
 
     def knn_seqs(self, vec: np.ndarray) -> list[int]:
-        """The daemon's KNN: one query per visible partition (scope_key), merged, cut to k."""
+        """The daemon's KNN (store/vectors.knn): the visible owners' ids, then one query per
+        owner in its bucket with owner_id and status filtered inside the scan, merged, cut to k."""
+        from memoryd.store.vectors import BUCKETS
+
         blob = vec.astype("<f4").tobytes()
+        owners = self.conn.execute("SELECT id FROM vector_owners WHERE scope_key IN (?, ?, ?)",
+                                   tuple(self.keys)).fetchall()
         rows = []
-        for key in self.keys:
+        for (oid,) in owners:
             rows += self.conn.execute(
                 "SELECT memory_seq, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? "
-                "AND scope_key = ? AND status IN ('active')", (blob, KNN_FETCH, key)).fetchall()
+                "AND bucket = ? AND owner_id = ? AND status IN ('active')",
+                (blob, KNN_FETCH, oid % BUCKETS, oid)).fetchall()
         rows.sort(key=lambda r: r[1])
         return [seq for seq, _ in rows[:KNN_FETCH]]
 
@@ -389,8 +389,8 @@ def content_query(query: str) -> str:
 
 def prototypes(db: Path, encoder: Any, qs: list[str]) -> dict[str, Any]:
     """Time alternative index queries on the same store: a stop-word-free MATCH, and
-    binary-quantised vectors rescored exactly (the shipped KNN, partitioned by scope_key since
-    migration 0005, is the reference)."""
+    binary-quantised vectors rescored exactly (the shipped KNN, owners bucketed into partitions
+    since migration 0007, is the reference)."""
     from sqlalchemy import text
 
     from memoryd.store.engine import create_store_engine
