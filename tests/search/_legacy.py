@@ -16,11 +16,13 @@ import numpy as np
 from alembic import command
 from sqlalchemy import text
 
+from memoryd.clock import to_rfc3339, utcnow
 from memoryd.store import migrate
 from memoryd.store.engine import create_store_engine
 from memoryd.store.ids import new_memory_id
 
-STAMP = "2026-03-01T12:00:00.000000Z"
+#: Recorded now: a daemon's retention pass expires session rows a day old.
+STAMP = to_rfc3339(utcnow())
 #: (scope, owner, kind, status) of row i.
 Owner = Callable[[int], tuple[str, str, str, str]]
 
