@@ -24,15 +24,22 @@ from memoryd.text.timeexpr import parse_time
 DEPTH = 40
 Row = dict[str, Any]
 Fuse = Callable[[Sequence[Row], Sequence[Row], dict[str, Any]], list[str]]
+#: Variants that use the lexical leg of the query without the wider stop-words instead.
+NOSTOP = "no question words: "
 
 
 def fetch_legs(client: Any, q: dict[str, Any], project: str, time_ref: str) -> dict[str, list[Row]]:
-    """The question's lexical and vector legs, DEPTH deep, each leg's own rows only."""
+    """The question's lexical and vector legs, DEPTH deep, each leg's own rows only; ``lexical_nostop``
+    is the lexical leg of the question without bench/recall.py's wider stop-words (question words,
+    pronouns)."""
+    from recall import strip_stop_words
+
     legs = {}
-    for leg in ("lexical", "vector"):
-        res = client.call("memory.search", {"query": q["question"], "mode": leg, "k": DEPTH, "explain": True,
+    for name, leg, query in (("lexical", "lexical", q["question"]), ("vector", "vector", q["question"]),
+                             ("lexical_nostop", "lexical", strip_stop_words(q["question"]))):
+        res = client.call("memory.search", {"query": query, "mode": leg, "k": DEPTH, "explain": True,
                                             "project": project, "time_ref": time_ref})
-        legs[leg] = [r for r in res["results"] if f"{leg}_rank" in r["explain"]]
+        legs[name] = [r for r in res["results"] if f"{leg}_rank" in r["explain"]]
     return legs
 
 
@@ -110,6 +117,12 @@ def variants() -> dict[str, Fuse]:
         for top in (3, 5, 10):
             out[f"neighbour turns δ={delta} top {top}"] = (
                 lambda lx, vc, ctx, d=delta, t=top: rrf(lx, vc, ctx, neighbour_delta=d, neighbour_top=t))
+    out[NOSTOP + "lexical only"] = lambda lx, vc, ctx: [r["id"] for r in lx[:10]]
+    out[NOSTOP + "as shipped"] = lambda lx, vc, ctx: rrf(lx, vc, ctx)
+    for c in (2, 5, 10):
+        for w in (1.0, 1.5):
+            out[NOSTOP + f"RRF c={c} w_vec={w}"] = (
+                lambda lx, vc, ctx, c=c, w=w: rrf(lx, vc, ctx, c=c, w_vec=w))
     for gamma in (0.5, 1.0, 2.0):
         # Query-dependent weights: a lexical leg whose best row stands out is trusted more.
         out[f"lexical gap weight γ={gamma}"] = (
@@ -138,7 +151,8 @@ def sweep(client: Any, questions: Sequence[dict[str, Any]], reader: dict[str, st
     print(f"\noffline replica ranks like the daemon's hybrid on {same}/{len(tuning)} tuning questions")
     table: dict[str, dict[str, float]] = {}
     for name, fuse in variants().items():
-        rows = [score(turns(fuse(legs[q["id"]]["lexical"], legs[q["id"]]["vector"], ctxs[q["id"]])),
+        lex_name = "lexical_nostop" if name.startswith(NOSTOP) else "lexical"
+        rows = [score(turns(fuse(legs[q["id"]][lex_name], legs[q["id"]]["vector"], ctxs[q["id"]])),
                       q, session_of) for q in tuning]
         table[name] = {f: sum(r[f] for r in rows) / len(rows) for f in figures}
     h.print_table("Offline re-fusion, TUNING half only (k=10)", ["variant", *figures],

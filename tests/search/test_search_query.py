@@ -162,11 +162,11 @@ def test_store_is_intact_after_hostile_queries(store: Any) -> None:
 
 
 # -- explain -------------------------------------------------------------------------
-#: docs/protocol.md, "score": hybrid is weighted RRF, lexical 1 / (5 + rank), vector 1.5 / (5 + rank),
+#: docs/protocol.md, "score": hybrid is weighted RRF, lexical 1 / (2 + rank), vector 1.5 / (2 + rank),
 #: times an importance boost 1 + 0.2 x (importance - 0.5) and a recency boost 1 + 0.1 x 0.5^(age_days / 30).
 #: Literal on purpose: the test must fail if the code's constants drift from what the docs promise
-#: (a row first in both legs scores 1/6 + 1.5/6 = 0.4167 here; plain RRF-60 would give 2/61 = 0.0328).
-DOC_RRF_C, DOC_WEIGHTS = 5, {"lexical": 1.0, "vector": 1.5}
+#: (a row first in both legs scores 1/3 + 1.5/3 = 0.8333 here; plain RRF-60 would give 2/61 = 0.0328).
+DOC_RRF_C, DOC_WEIGHTS = 2, {"lexical": 1.0, "vector": 1.5}
 
 
 def test_hybrid_explain_gives_each_legs_rank_and_the_documented_weighted_rrf(store: Any) -> None:

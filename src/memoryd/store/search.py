@@ -5,12 +5,16 @@ candidate queries; the vector leg over-fetches until it has ``k`` rows that
 also pass the time filters, or says it is partial. Ranking:
 
 * each leg ranks its candidates; weighted reciprocal rank fusion gives
-  ``rrf = Σ w_leg / (5 + rank)`` over the legs that found the row, with
-  w = 1 for the lexical leg and 1.5 for the vector leg. Chosen on
+  ``rrf = Σ w_leg / (2 + rank)`` over the legs that found the row, with
+  w = 1 for the lexical leg and 1.5 for the vector leg. w was chosen on
   tests/data/recall.json (85 paraphrase questions, 35 keyword questions) over
-  c ∈ {1, 2, 5, 10, 20, 60} × w ∈ {1 … 3}: the one setting whose hybrid beat
-  the vector leg on paraphrases at both recall@5 and recall@10 while matching
-  the lexical leg on keyword questions (c=60, w=1 lost to the vector leg);
+  c ∈ {1, 2, 5, 10, 20, 60} × w ∈ {1 … 3} (with c=5 then: the one setting
+  whose hybrid beat the vector leg on paraphrases at both recall@5 and
+  recall@10 while matching the lexical leg on keyword questions). c=2 came
+  with QUERY_STOPWORDS, on the tuning half of tests/data/conversations/
+  (bench/recall.py --set conversations --sweep): with the question words out
+  of the lexical query, c=2 lifted every figure there, then the held-out half
+  and the notes sets were checked once;
 * two small boosts multiply it: importance ``1 + 0.2 × (importance − 0.5)``
   (0.9 … 1.1) and recency ``1 + 0.1 × 0.5^(age_days / 30)`` (1.0 … 1.1);
 * a time boost: when the query names a time ("last week", "in May",
@@ -55,8 +59,19 @@ from memoryd.text.normalize import STOPWORDS
 from memoryd.text.timeexpr import TimeWindow, parse_time
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+#: Words the lexical leg drops besides STOPWORDS: question words, pronouns and the pieces of
+#: auxiliaries and contractions. A question is full of them ("what did she say about her job"),
+#: and so is conversation, so they match turns that share nothing else with it. Quantifiers and
+#: prepositions ("same", "before") stay: they can be the content of a note.
+_QUESTION_WORDS = """
+what when where which while who whom why how
+her hers herself him himself his itself myself ours ourselves theirs themselves
+am aren couldn d didn doesn doing don hadn hasn haven having isn ll m re s shouldn t ve wasn weren
+get got let
+"""
+QUERY_STOPWORDS = STOPWORDS | frozenset(_QUESTION_WORDS.split())
 MAX_TERMS = 64
-RRF_K = 5  # weighted RRF's constant; see the module docstring for how it was chosen
+RRF_K = 2  # weighted RRF's constant; see the module docstring for how it was chosen
 LEG_WEIGHTS = {"lexical": 1.0, "vector": 1.5}
 IMPORTANCE_WEIGHT = 0.2
 RECENCY_WEIGHT = 0.1
@@ -138,7 +153,7 @@ def fts_match(query: str) -> str | None:
     if len(stripped) >= 2 and stripped[0] == stripped[-1] == '"':
         return '"' + " ".join(words) + '"'
     # Stop-words match nearly every row: they cost time (~5x at 100k) and add no ranking signal.
-    meaningful = [w for w in words if w.lower() not in STOPWORDS] or words
+    meaningful = [w for w in words if w.lower() not in QUERY_STOPWORDS] or words
     return " OR ".join(f'"{w}"' for w in meaningful)
 
 
