@@ -120,22 +120,23 @@ def erase(conn: Connection, seqs: Sequence[int]) -> int:
     then delete them. Returns how many vectors there were.
 
     Call it inside the transaction that forgets the rows. The memories' own
-    triggers also erase a vector when its row is deleted, its content changes
-    or its owner is cleared; this is for callers that drop vectors while
-    keeping the row. Old page images stay in the WAL until a checkpoint.
+    triggers also erase a vector when its row is deleted or its content
+    changes or is cleared (a forget); this is for callers that drop vectors
+    while keeping the row. Old page images stay in the WAL until a checkpoint.
     """
     if not seqs:
         return 0
-    as_json = json.dumps([int(s) for s in seqs])
+    wanted = [int(s) for s in seqs]
+    as_json = json.dumps(wanted)
     if conn.dialect.name != "sqlite":
-        deleted = conn.execute(memory_vectors.delete().where(memory_vectors.c.memory_seq.in_(list(seqs))))
+        deleted = conn.execute(memory_vectors.delete().where(memory_vectors.c.memory_seq.in_(wanted)))
         return int(deleted.rowcount or 0)
     params = {"seqs": as_json}
     found = int(conn.execute(text(
         "SELECT count(*) FROM memory_vectors_meta WHERE memory_seq IN (SELECT value FROM json_each(:seqs))"),
         params).scalar_one())
     # One statement per vec0 row: a vec0 UPDATE or DELETE by a set of keys scans the whole index.
-    for seq in json.loads(as_json):
+    for seq in wanted:
         conn.exec_driver_sql(
             "UPDATE memory_vec SET embedding = zeroblob(length(embedding)) WHERE memory_seq = ?", (seq,))
         conn.exec_driver_sql("DELETE FROM memory_vec WHERE memory_seq = ?", (seq,))
