@@ -29,7 +29,8 @@ def test_an_erased_rows_words_leave_the_fts_pages_of_the_file(engine: Engine, db
     word, control = f"zqw{secrets.token_hex(8)}", f"zqk{secrets.token_hex(8)}"
     now = datetime.now(UTC)
     with engine.begin() as conn:  # one transaction: one FTS segment holds every word
-        doomed = write_memory(conn, new_memory(f"note zero mentions {word} and {control}"), now, STORE_CTX)["id"]
+        first = new_memory(f"note zero mentions {word} and {control}")
+        doomed = write_memory(conn, first, now, STORE_CTX)["id"]
         for i in range(300):
             write_memory(conn, new_memory(f"note {i} mentions {control} and more words"), now, STORE_CTX)
     with engine.begin() as conn:
