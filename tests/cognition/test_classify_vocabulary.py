@@ -130,3 +130,18 @@ def test_grammar_keeps_the_bundled_model_inside_the_vocabulary(real_llm: Any) ->
         answer = real_llm.complete(few_shot_prompt(examples, note), grammar=kind_grammar(shortlist),
                                    max_tokens=6, timeout_s=60)
         assert answer.strip() in shortlist, (note, answer)
+
+
+def test_status_note_counts_every_memory_waiting_for_the_llm_across_batches(
+        engine: Engine, write_ctx: WriteContext, make_ctx: Callable[..., PassContext]) -> None:
+    # classify_margin 1.0 with classify_llm and no LLM: every memory waits for the LLM.
+    ctx = make_ctx(llm=None, classify_margin=1.0, classify_llm=True)
+    ids = [write_auto(engine, write_ctx, f"Someone noted build {i} looked slower.") for i in range(5)]
+    drain(ctx, EmbedPass())
+    with engine.begin() as conn:
+        batch = jobq.claim(conn, "classify", owner="test", now=T0, lease_s=60, limit=100)
+    assert sorted(j.target for j in batch) == sorted(ids)
+    clf = ClassifyPass()
+    clf.run(batch[:3], ctx)  # two batches: the note must count both
+    clf.run(batch[3:], ctx)
+    assert clf.note == "5 memories wait for the LLM"

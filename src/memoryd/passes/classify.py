@@ -34,7 +34,7 @@ from importlib import resources
 from typing import Any, ClassVar
 
 import numpy as np
-from sqlalchemy import select, update
+from sqlalchemy import Connection, func, select, update
 
 from memoryd.clock import to_rfc3339
 from memoryd.errors import PassUnavailable, StaleLease
@@ -44,7 +44,7 @@ from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
 from memoryd.store import audit, vectors
 from memoryd.store.engine import read_only
-from memoryd.store.schema import LIVE_STATUSES, memories, memory_vectors
+from memoryd.store.schema import LIVE_STATUSES, jobs, memories, memory_vectors
 from memoryd.text.cues import cue_scores
 
 TOP_N = 10  # prototypes averaged per kind: 10 of ~35 (1 and 3 follow the topic, not the kind)
@@ -189,7 +189,6 @@ class ClassifyPass(Pass):
                 if failures.kind_of(exc) != "permanent":
                     raise
                 result.failed.append((job, exc))  # this job alone is charged (an invalid answer)
-        self.note = f"{len(waiting)} memories wait for the LLM" if waiting else None
         now_epoch = ctx.now()
         stamp = to_rfc3339(datetime.fromtimestamp(now_epoch, UTC))
         failed = {job.id for job, _ in result.failed}
@@ -220,4 +219,15 @@ class ClassifyPass(Pass):
                                                                "after": {"kind": kind, "method": method,
                                                                          "confidence": confidence}})
                 result.processed += 1
+        # The note counts every memory that waits, across batches, not this batch's alone.
+        with read_only(ctx.engine) as conn:
+            deferred = count_deferred(conn)
+        self.note = f"{deferred} memories wait for the LLM" if deferred else None
         return result
+
+
+def count_deferred(conn: Connection) -> int:
+    """Classify jobs put back to wait for the LLM (``payload.deferred`` set, not done)."""
+    return int(conn.execute(select(func.count()).select_from(jobs).where(
+        jobs.c["pass"] == ClassifyPass.name, jobs.c.state.in_(("ready", "leased")),
+        jobs.c.payload["deferred"].as_string().is_not(None))).scalar_one())
