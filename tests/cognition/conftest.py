@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,19 +97,6 @@ def real_llm(bundled_gguf_path: Path) -> Any:
     return llm
 
 
-@dataclass
-class LLMDaemonHandle(DaemonHandle):
-    """A DaemonHandle whose ``memoryd run`` gets ``--llm SPEC`` (the harness passes none)."""
-
-    llm: str = "none"
-
-    @property
-    def argv(self) -> list[str]:
-        args = list(super().argv)
-        args[args.index("--llm") + 1] = self.llm
-        return args
-
-
 @pytest.fixture
 def start_llm_daemon(request: pytest.FixtureRequest,
                      short_tmp: Path) -> Iterator[Callable[..., DaemonHandle]]:
@@ -126,7 +112,7 @@ def start_llm_daemon(request: pytest.FixtureRequest,
         name = name or f"c{len(handles) + 1}"
         home = short_tmp / name
         home.mkdir(mode=0o700)
-        handle = LLMDaemonHandle(name=name, home=home, data_dir=home / "data",
+        handle = DaemonHandle(name=name, home=home, data_dir=home / "data",
                                  socket=home / "s" / "memoryd.sock", embedder=embedder,
                                  env=hermetic_env(home), llm=llm)
         handle.config_path = home / "config.toml"

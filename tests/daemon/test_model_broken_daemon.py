@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,25 +25,12 @@ pytestmark = pytest.mark.slow
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install llama-cpp-python)")
 
 
-@dataclass
-class CrashingLLMDaemon(DaemonHandle):
-    """A daemon started with ``--llm PATH`` (the harness passes ``none``)."""
-
-    llm: str = "none"
-
-    @property
-    def argv(self) -> list[str]:
-        args = list(super().argv)
-        args[args.index("--llm") + 1] = self.llm
-        return args
-
-
 @pytest.fixture
-def crashing_daemon(request: pytest.FixtureRequest, short_tmp: Path) -> Iterator[CrashingLLMDaemon]:
+def crashing_daemon(request: pytest.FixtureRequest, short_tmp: Path) -> Iterator[DaemonHandle]:
     home = short_tmp / "c1"
     home.mkdir(mode=0o700)
     gguf = write_crashing_gguf(home / "zero-layers.gguf")
-    handle = CrashingLLMDaemon(name="c1", home=home, data_dir=home / "data",
+    handle = DaemonHandle(name="c1", home=home, data_dir=home / "data",
                                socket=home / "s" / "memoryd.sock", embedder="bundled",
                                env=hermetic_env(home, {"COLUMNS": "250"}), llm=str(gguf))
     handle.config_path = home / "config.toml"
@@ -68,7 +54,7 @@ def extract_jobs(d: DaemonHandle) -> list[tuple[Any, ...]]:
 
 
 def test_an_llm_that_crashes_the_worker_twice_is_marked_broken_and_its_jobs_wait(
-        crashing_daemon: CrashingLLMDaemon) -> None:
+        crashing_daemon: DaemonHandle) -> None:
     d = crashing_daemon
     first = d.write("Prod runs Redis 7 on cache1.internal:6379; staging is still on Redis 6.")["id"]
     wait_until(lambda: llm_status(d)["broken"], timeout_s=600, interval_s=0.5,

@@ -31,10 +31,9 @@ MODEL_START_TIMEOUT_S = 120.0
 
 @dataclass
 class E2EDaemon(DaemonHandle):
-    """A DaemonHandle whose ``memoryd run`` takes ``--llm``, ``--log-level`` and, for fault
-    injection, another launcher in place of ``-m memoryd`` (the harness passes ``--llm none``)."""
+    """A DaemonHandle whose ``memoryd run`` takes ``--log-level`` and, for fault injection,
+    another launcher in place of ``-m memoryd``."""
 
-    llm: str = "none"
     log_level: str | None = None
     #: Replaces ``["-m", "memoryd"]`` in the command line (see writer_fault.py).
     launcher: list[str] = field(default_factory=list)
@@ -42,7 +41,6 @@ class E2EDaemon(DaemonHandle):
     @property
     def argv(self) -> list[str]:
         args = list(super().argv)
-        args[args.index("--llm") + 1] = self.llm
         if self.log_level is not None:
             args += ["--log-level", self.log_level]
         if self.launcher:

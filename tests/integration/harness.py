@@ -105,6 +105,8 @@ class DaemonHandle:
     data_dir: Path
     socket: Path
     embedder: str = "none"
+    #: ``--llm``: none (the default here), bundled, a GGUF path or an http:// URL.
+    llm: str = "none"
     config_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     python: str = sys.executable
@@ -134,7 +136,7 @@ class DaemonHandle:
     @property
     def argv(self) -> list[str]:
         args = [self.python, "-m", "memoryd", "run", "--data-dir", str(self.data_dir),
-                "--socket", str(self.socket), "--embedder", self.embedder, "--llm", "none",
+                "--socket", str(self.socket), "--embedder", self.embedder, "--llm", self.llm,
                 "--log-format", "json"]
         if self.config_path is not None:
             args += ["--config", str(self.config_path)]
