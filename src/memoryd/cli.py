@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +62,21 @@ def owner_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _call(cfg: Config, method: str, params: dict[str, Any], admin: bool = False) -> Any:
+    with client_session(cfg, admin=admin) as client:
+        return client.call(method, params)
+
+
+@contextlib.contextmanager
+def client_session(cfg: Config, *, admin: bool = False, timeout_s: float | None = None) -> Iterator[Any]:
+    """One connection for one or many calls; a daemon that is down, refuses, or breaks the
+    connection ends the command with the message and exit code every command uses."""
     from memoryd.client import AccessDenied, Client, ClientError, Disconnected, NotRunning, Timeout
 
     try:
-        with Client(config=cfg, admin=admin) as client:
-            return client.call(method, params)
+        client = Client(config=cfg, admin=admin) if timeout_s is None else Client(
+            config=cfg, admin=admin, timeout_s=timeout_s)
+        with client:
+            yield client
     except NotRunning as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(EXIT_NOT_RUNNING)

@@ -19,13 +19,12 @@ import click
 
 from memoryd import __version__
 from memoryd.cli import (
-    EXIT_DENIED,
     EXIT_ERROR,
-    EXIT_NOT_RUNNING,
     _call,
     _owners,
     _print_json,
     client_options,
+    client_session,
     owner_options,
 )
 from memoryd.config import Config
@@ -39,27 +38,9 @@ EXPORT_PAGE = 500
 
 @contextlib.contextmanager
 def _session(cfg: Config, admin: bool) -> Iterator[Callable[[str, dict[str, Any]], Any]]:
-    """One connection for many calls; a daemon that is down or refuses ends the command
-    with the same messages and exit codes as every other command."""
-    from memoryd.client import AccessDenied, Client, ClientError, NotRunning
-
-    path = cfg.admin_socket() if admin else cfg.resolved_socket()
-    try:
-        with Client(path, timeout_s=120.0) as client:
-            yield lambda method, params: client.call(method, params)
-    except NotRunning as exc:
-        click.echo(f"Error: {exc}", err=True)
-        sys.exit(EXIT_NOT_RUNNING)
-    except AccessDenied as exc:
-        click.echo(f"Error: {exc}", err=True)
-        sys.exit(EXIT_DENIED)
-    except ClientError as exc:
-        field = exc.data.get("field")
-        click.echo(f"Error {exc.code}: {exc.message}{f' [field: {field}]' if field else ''}", err=True)
-        sys.exit(EXIT_ERROR)
-    except (ConnectionError, TimeoutError) as exc:
-        click.echo(f"Error: the connection to memoryd broke ({exc}); run the command again", err=True)
-        sys.exit(EXIT_ERROR)
+    """One connection for many calls (export and import page through it)."""
+    with client_session(cfg, admin=admin, timeout_s=120.0) as client:
+        yield lambda method, params: client.call(method, params)
 
 
 class _Progress:
