@@ -64,6 +64,14 @@ def test_bad_write_param_error_names_the_field(params: dict[str, Any], field: st
     assert field in err.message
 
 
+def test_explicit_null_kind_and_scope_mean_the_defaults() -> None:
+    # JSON null is how many clients spell "not given"; the hostile-input suite found it crashing
+    req = parse_write({"content": "x", "agent_id": "a1", "scope": None, "kind": None}, CFG)
+    assert (req.scope, req.kind, req.owner) == ("agent", "auto", "a1")
+    found = parse_search({"query": "x", "agent_id": "a1", "mode": None}, CFG)
+    assert found.mode == "hybrid"
+
+
 def test_org_scope_needs_no_owner_key() -> None:
     req = parse_write({"content": "x", "scope": "org"}, CFG)
     assert (req.scope, req.owner) == ("org", "")

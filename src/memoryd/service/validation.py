@@ -95,9 +95,10 @@ def _number(params: Mapping[str, Any], name: str) -> float | None:
 
 def _enum(params: Mapping[str, Any], name: str, choices: tuple[str, ...] | list[str],
           default: str | None) -> str | None:
-    value = params.get(name, default)
+    """An enum field; absent and JSON null both mean the default."""
+    value = params.get(name)
     if value is None:
-        return None
+        return default
     if not isinstance(value, str) or value not in choices:
         raise InvalidParams(name, f"must be one of {list(choices)}")
     return value
@@ -124,9 +125,8 @@ def parse_write(params: Mapping[str, Any], cfg: Config, *, admin: bool = False) 
         content.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidParams("content", "must be valid UTF-8 (lone surrogates found)") from exc
-    kind = _enum(params, "kind", ["auto", *cfg.kinds], "auto")
-    scope = _enum(params, "scope", SCOPES, "agent")
-    assert kind is not None and scope is not None
+    kind = _enum(params, "kind", ["auto", *cfg.kinds], "auto") or "auto"
+    scope = _enum(params, "scope", SCOPES, "agent") or "agent"
     owners = {name: opt_str(params, name) for name in OWNER_FIELDS}
     if scope == "org":
         owner = ""
