@@ -50,6 +50,8 @@ SOURCE = "claude-code"
 MAX_TEXT_BYTES = 60_000
 #: How long a run waits for another run holding the same transcript's cursor.
 LOCK_WAIT_S = 0.03
+#: A cursor left this long after its transcript was deleted is removed (SessionEnd prunes them).
+CURSOR_KEEP_S = 86_400.0
 #: Codes that refuse an item for good: the turn is dropped, the others go on.
 REFUSED_CODES = (-32602, 1001, 1002, 1005, 1006, 1007)
 
@@ -160,6 +162,37 @@ def cursor(path: str, wait_s: float = LOCK_WAIT_S) -> Iterator[dict[str, Any] | 
         os.close(fd)  # closing releases the lock
 
 
+def prune_cursors(data_dir: str, now: float | None = None, keep_s: float = CURSOR_KEEP_S) -> int:
+    """Remove the cursors of transcripts that no longer exist (Claude Code deletes old
+    transcripts), once they are ``keep_s`` old; return how many went. A cursor whose
+    transcript is still there stays whatever its age: a resumed session goes on from it."""
+    folder = os.path.dirname(state_path(data_dir, ""))
+    now = time.time() if now is None else now
+    removed = 0
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            if not name.endswith(".json") or now - os.stat(path).st_mtime < keep_s:
+                continue
+            with open(path, encoding="utf-8") as fh:
+                try:
+                    state = json.loads(fh.read() or "{}")
+                except ValueError:  # damaged: names no transcript to resume
+                    state = {}
+            transcript = state.get("transcript") if isinstance(state, dict) else None
+            if isinstance(transcript, str) and os.path.exists(transcript):
+                continue
+            os.unlink(path)
+            removed += 1
+        except OSError:
+            continue
+    return removed
+
+
 # -- sending ---------------------------------------------------------------------------
 
 def send(call: Call, items: list[dict[str, Any]], deadline: float) -> list[dict[str, Any]]:
@@ -217,7 +250,16 @@ def flush_one(call: Call, folder: str, deadline: float) -> bool:
 
 
 def run(hook: Any, opts: Options) -> Outcome:
-    """Handle one hook payload (already parsed)."""
+    """Handle one hook payload (already parsed); at SessionEnd, prune stale cursors too."""
+    outcome = capture(hook, opts)
+    if outcome.action != "ignored" and hook.get("hook_event_name") == "SessionEnd" \
+            and time.monotonic() < opts.deadline:
+        prune_cursors(opts.data_dir)
+    return outcome
+
+
+def capture(hook: Any, opts: Options) -> Outcome:
+    """Write the transcript's new turns (or spool them)."""
     if not isinstance(hook, dict) or hook.get("hook_event_name") not in EVENTS:
         return Outcome("ignored", detail="not an event capture handles")
     transcript, session, cwd = hook.get("transcript_path"), hook.get("session_id"), hook.get("cwd")
