@@ -15,7 +15,7 @@ from sqlalchemy import Connection, delete, func, select, update
 from memoryd.clock import to_rfc3339
 from memoryd.errors import Conflict, Forbidden, InvalidParams, NotFound
 from memoryd.queue import jobs as jobq
-from memoryd.store import audit, entities, links, proposals
+from memoryd.store import audit, entities, links, proposals, turns
 from memoryd.store.ids import is_memory_id, new_id
 from memoryd.store.memories import NewMemory, WriteContext, add_tombstone, get_row, write_memory
 from memoryd.store.schema import LIVE_STATUSES, forget_requests, idempotency_keys, jobs, memories
@@ -209,6 +209,10 @@ def erase(conn: Connection, memory_id: str, now: datetime, actor: str) -> int:
     if row is None or row.status == "forgotten":
         return 0
     stamp = to_rfc3339(now)
+    # The turn after a forgotten turn was embedded with its text as context: embed it again.
+    after = turns.following(conn, row)
+    if after is not None:
+        jobq.enqueue(conn, "embed", after.id, now=now.timestamp())
     conn.execute(update(memories).where(memories.c.id == memory_id).values(
         content=None, metadata={}, status="forgotten", owner="", agent_id=None, user_id=None,
         project=None, session_id=None, retired_at=row.retired_at or stamp,

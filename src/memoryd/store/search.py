@@ -22,6 +22,15 @@ also pass the time filters, or says it is partial. Ranking:
   inside it are multiplied by TIME_BOOST. A boost, never a filter: a row
   dated wrongly (or a question about a plan made earlier) still ranks.
 
+What the vector leg compares: a memory's vector, which for a conversation
+turn (kind ``conversation`` with a ``session_id``) is the turn's own text
+followed by the turn said before it in its session, "B (replying to A)"
+(passes/embed.py, store/turns.py). A reply ("Yes, it went great") is then
+found by what it answers. Chosen on the tuning half of
+tests/data/conversations/ (bench/recall_conv_offline.py, an offline replica of
+this ranking) over the turn alone, the turn before first, before and after,
+and mixes of the two encodings; the lexical leg indexes the turn alone.
+
 Lexical-only results score ``-bm25`` and vector-only results ``1 − cosine
 distance``, so a score is comparable within one answer, not across modes.
 """

@@ -193,6 +193,14 @@ def count_unembedded(conn: Connection, where: Any = None) -> int:
     return int(conn.execute(stmt).scalar_one())
 
 
+def embedded_seqs(conn: Connection, seqs: Sequence[int]) -> set[int]:
+    """Those of the memories ``seqs`` that have a vector."""
+    if not seqs:
+        return set()
+    stmt = select(memory_vectors.c.memory_seq).where(memory_vectors.c.memory_seq.in_(list(seqs)))
+    return {int(r[0]) for r in conn.execute(stmt)}
+
+
 # -- the index's dimension ------------------------------------------------------------------------------
 def setting(conn: Connection, key: str) -> str | None:
     """One value of ``vector_settings`` (None when unset)."""
