@@ -142,6 +142,41 @@ def row(t: Turn, seq: int, stamp: str) -> dict[str, Any]:
     return {"seq": seq, "id": t.id, "importance": 0.5, "recorded_at": stamp, "occurred_at": t.occurred_at}
 
 
+def fusion_setup(turns: Sequence[Turn], questions: Sequence[dict[str, Any]], embedder: Any,
+                 args: argparse.Namespace, stamp: str) -> Callable[..., Any]:
+    """What recall_conv_fusions.py's variants read besides the legs, per question."""
+    import recall_conv_fusions as F
+
+    half = "held-out" if args.held_out else "tuning"
+    words = encode(embedder, [" ".join(F.content_words(q["question"])) or q["question"] for q in questions],
+                   args.cache, f"question-words-{half}")
+    sessions = in_session(turns)
+    names = list(sessions)
+    seq_of = {t.id: i for i, t in enumerate(turns)}
+    next_turn = {s[i].id: row(s[i + 1], seq_of[s[i + 1].id], stamp)
+                 for s in sessions.values() for i in range(len(s) - 1)}
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE VIRTUAL TABLE fts USING fts5(content, "
+               "tokenize='porter unicode61 remove_diacritics 2')")
+    db.executemany("INSERT INTO fts(rowid, content) VALUES (?, ?)",
+                   [(i, "\n".join(t.content for t in sessions[n])) for i, n in enumerate(names)])
+
+    def make(qi: int, q: dict[str, Any], vecs: np.ndarray, windows: Any, asked: datetime) -> Any:
+        mine = {n: [seq_of[t.id] for t in ts] for n, ts in sessions.items()
+                if ts[0].dialogue == q["dialogue"]}
+        return F.Query(text=q["question"], asked=asked, windows=windows, vec=encode_one(qi),
+                       words_vec=words[qi], dialogue=q["dialogue"], next_turn=next_turn, vectors=vecs,
+                       session_of={t.id: t.session for t in turns}, sessions=mine, session_fts=db,
+                       session_names=names)
+
+    qvecs = encode(embedder, [q["question"] for q in questions], args.cache, f"questions-{half}")
+
+    def encode_one(qi: int) -> np.ndarray:
+        return np.asarray(qvecs[qi])
+
+    return make
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--held-out", action="store_true", help="score the held-out half (once per kept change)")
@@ -149,6 +184,8 @@ def main() -> None:
     ap.add_argument("--variants", default="plain,pass,prev,own+prev,mix:prev:1,before:0.5",
                     help="vector variants: a text (TEXTS), mix:TEXT:λ or before:λ1[:λ2...] (vectors_for)")
     ap.add_argument("--lexical", default="plain", help="text variants indexed by the lexical leg")
+    ap.add_argument("--fusions", action="store_true",
+                    help="also rank by recall_conv_fusions.py's variants (first vector and lexical variant)")
     args = ap.parse_args()
     half = "held-out" if args.held_out else "tuning"
 
@@ -180,7 +217,8 @@ def main() -> None:
         order = np.argsort(-sims)[:want]
         return [{**row(turns[pool[i]], int(pool[i]), stamp), "distance": 1.0 - float(sims[i])} for i in order]
 
-    def lexical_leg(db: sqlite3.Connection, query: str, dialogue: str) -> list[dict[str, Any]]:
+    def lexical_leg(db: sqlite3.Connection, query: str, dialogue: str,
+                    depth: int = want) -> list[dict[str, Any]]:
         match = S.fts_match(query)
         if match is None:
             return []
@@ -190,9 +228,11 @@ def main() -> None:
             t = turns[seq]
             if t.dialogue == dialogue:
                 out.append({**row(t, seq, stamp), "bm25": -rank})
-                if len(out) >= want:
+                if len(out) >= depth:
                     break
         return out
+
+    fusion_query = fusion_setup(turns, questions, embedder, args, stamp) if args.fusions else None
 
     results: dict[str, list[dict[str, float]]] = {}
     for qi, q in enumerate(questions):
@@ -209,6 +249,16 @@ def main() -> None:
                 fused = S.fuse(lex, vec, 10, now, False, windows)
                 results.setdefault(f"hybrid vec={vname} lex={lname}", []).append(
                     rc.score([r["id"] for r in fused], q, session_of))
+        if fusion_query is not None:
+            import recall_conv_fusions as F
+
+            vecs, db = next(iter(vec_sets.values())), next(iter(lex_sets.values()))
+            fq = fusion_query(qi, q, vecs, windows, parse_rfc3339(asked_at[q["id"]]))
+            lex_deep = lexical_leg(db, q["question"], q["dialogue"], depth=2 * want)
+            for name, variant in F.variants().items():
+                ids = variant(lex_deep, legs_v[next(iter(vec_sets))], fq,
+                              lambda v, m=vecs, d=q["dialogue"]: vector_leg(m, v, d))
+                results.setdefault(f"fusion: {name}", []).append(rc.score(ids, q, session_of))
 
     print(f"\n{half} half, {len(questions)} questions (offline replica; {datetime.now(UTC):%H:%M} UTC)")
     print(f"| variant | {' | '.join(FIGURES)} |")
