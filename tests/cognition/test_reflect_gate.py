@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
+import numpy as np
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
 from memoryd.config import Config
-from memoryd.passes.reflect import is_candidate
-from memoryd.store import proposals
+from memoryd.passes.base import PassContext
+from memoryd.passes.reflect import ReflectPass, is_candidate
+from memoryd.store import proposals, vectors
+from memoryd.store.memories import NewMemory, WriteContext, request_hash, write_memory
+from memoryd.store.schema import memories
 
 from .conftest import T0
 
@@ -81,3 +86,27 @@ def test_rejected_supersede_proposal_is_never_raised_again(engine: Engine) -> No
     with engine.connect() as conn:
         assert proposals.get(conn, pid).status == "rejected"
         assert proposals.count_open(conn) == 1
+
+
+def test_the_reason_reads_old_value_to_new_whichever_rows_job_finds_the_pair(
+        engine: Engine, write_ctx: WriteContext, make_ctx: Callable[..., PassContext]) -> None:
+    old_text = "The staging database is Postgres 15 on db1:5432"
+    new_text = "The staging database is Postgres 16 on db1:5432"
+    ids = []
+    with engine.begin() as conn:
+        for text in (old_text, new_text):  # written in this order: old first
+            params = {"content": text, "scope": "agent", "agent_id": "a1", "kind": "fact"}
+            new = NewMemory(content=text, kind="fact", scope="agent", owner="a1", agent_id="a1",
+                            request_hash=request_hash(params))
+            ids.append(str(write_memory(conn, new, NOW, write_ctx)["id"]))
+        seqs = dict(conn.execute(select(memories.c.id, memories.c.seq).where(memories.c.id.in_(ids))).all())
+        same = np.ones(384, dtype=np.float32) / np.sqrt(384)  # neighbours at cosine 1
+        vectors.upsert(conn, [{"memory_seq": seqs[i], "model": "test", "dim": 384,
+                               "vector": vectors.to_blob(same), "content_hash": "t",
+                               "embedded_at": "2026-01-01T00:00:00.000000Z"} for i in ids])
+    ctx = make_ctx()
+    with engine.connect() as conn:
+        for job_target in reversed(ids):  # the newer row's job first: the order that read backwards
+            found = ReflectPass().candidates(conn, job_target, ctx)
+            assert [(o.id, n.id) for o, n, _ in found] == [(ids[0], ids[1])]
+            assert "15 → 16" in found[0][2], found[0][2]

@@ -126,10 +126,11 @@ class ReflectPass(Pass):
         for other, sim in neighbours(conn, row):
             if sim < ctx.config.reflect_min_cosine:
                 continue
-            why = is_candidate(row.content, other.content, ctx.config.reflect_subject_jaccard)
+            older, newer = sorted((row, other), key=lambda r: (r.recorded_at, r.seq))
+            # Older first, so the reason reads "old value → new value" whichever one the job is for.
+            why = is_candidate(older.content, newer.content, ctx.config.reflect_subject_jaccard)
             if why is None:
                 continue
-            older, newer = sorted((row, other), key=lambda r: (r.recorded_at, r.seq))
             if proposals.exists(conn, "supersede", [older.id, newer.id]):
                 continue
             out.append((older, newer, why))
