@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import plistlib
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -156,3 +159,57 @@ def test_failed_platform_command_is_reported_not_hidden(tmp_path: Path, systemct
     assert failed == ["`systemctl --user daemon-reload` failed (1): Failed to connect to bus",
                       "`systemctl --user enable --now memoryd.socket` failed (1): Failed to connect to bus",
                       "`systemctl --user enable --now memoryd.service` failed (1): Failed to connect to bus"]
+
+
+SECRET_URL = 'postgresql+psycopg://memoryd:pa"s$s`w\\rd@db1:5432/memoryd'
+
+
+def test_install_with_a_db_url_keeps_it_in_a_0600_env_file_not_the_unit(tmp_path: Path,
+                                                                         systemctl_on_path: None) -> None:
+    _, run = recorder()
+    t = dataclasses.replace(target(tmp_path), db_url=SECRET_URL, env_file=tmp_path / "cfg" / "memoryd.env")
+    steps = inst.install(t, run=run)
+    assert f"wrote {t.env_file} (mode 0600: the store URL)" in steps
+    assert stat.S_IMODE(os.stat(t.env_file).st_mode) == 0o600
+    service = (t.unit_dir / "memoryd.service").read_text()
+    assert f"EnvironmentFile={t.env_file}\n" in service
+    assert "db1" not in service and "memoryd:pa" not in service  # no part of the URL in the unit
+    # systemd reads the value as a POSIX shell does: the same URL back, quotes and all.
+    line = next(x for x in t.env_file.read_text().splitlines() if x.startswith("MEMORYD_DB_URL="))
+    read = subprocess.run(["/bin/sh", "-c", f'{line}; printf %s "$MEMORYD_DB_URL"'],
+                          capture_output=True, text=True)
+    assert read.stdout == SECRET_URL
+    inst.uninstall(t, run=run)
+    assert not t.env_file.exists()  # the credential goes with the service
+
+
+def test_an_env_file_that_existed_world_readable_is_rewritten_0600(tmp_path: Path,
+                                                                   no_systemctl: None) -> None:
+    env_file = tmp_path / "memoryd.env"
+    env_file.write_text("old\n")
+    env_file.chmod(0o644)
+    t = dataclasses.replace(target(tmp_path), db_url=SECRET_URL, env_file=env_file)
+    inst.install(t, run=recorder()[1])
+    assert stat.S_IMODE(os.stat(env_file).st_mode) == 0o600
+    assert "old" not in env_file.read_text()
+
+
+def test_launchd_plist_with_a_db_url_is_0600_and_carries_it(tmp_path: Path, no_systemctl: None) -> None:
+    t = dataclasses.replace(target(tmp_path, platform="launchd"), db_url=SECRET_URL)
+    inst.install(t, run=recorder()[1])
+    path = t.unit_dir / "dev.memoryd.plist"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert plistlib.loads(path.read_bytes())["EnvironmentVariables"]["MEMORYD_DB_URL"] == SECRET_URL
+    plain = target(tmp_path / "plain", platform="launchd")
+    assert "MEMORYD_DB_URL" not in plistlib.loads(render(plain)["dev.memoryd.plist"].encode())[
+        "EnvironmentVariables"]  # positive control: no URL, no key
+
+
+def test_service_print_hides_the_password_and_a_bad_url_is_a_usage_error() -> None:
+    shown = CliRunner().invoke(main, ["service", "print", "--db-url", "postgresql://u:topsecret@h/db"])
+    assert shown.exit_code == 0, shown.output
+    assert "topsecret" not in shown.output
+    assert 'MEMORYD_DB_URL="postgresql://u:***@h/db"' in shown.output and "EnvironmentFile=" in shown.output
+    for bad, says in (("mysql://u@h/db", "sqlite or postgresql"), ("::", "not a store URL")):
+        refused = CliRunner().invoke(main, ["service", "install", "--db-url", bad])
+        assert refused.exit_code == 2 and says in refused.output, refused.output

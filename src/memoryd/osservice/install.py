@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from memoryd.osservice.units import LAUNCHD_LABEL, Target, render
+from memoryd.osservice.units import LAUNCHD_FILE, LAUNCHD_LABEL, Target, render, secret_files
 
 Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
 
@@ -28,8 +28,16 @@ def install(target: Target, run: Runner = run_tool) -> list[str]:
     target.unit_dir.mkdir(parents=True, exist_ok=True)
     target.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     target.log_dir.mkdir(parents=True, exist_ok=True)
+    for path, text in secret_files(target).items():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_private(path, text)
+        steps.append(f"wrote {path} (mode 0600: the store URL)")
     for name, text in render(target).items():
         path = target.unit_dir / name
+        if target.db_url and name == LAUNCHD_FILE:
+            write_private(path, text)  # the plist holds the store URL
+            steps.append(f"wrote {path} (mode 0600: it holds the store URL)")
+            continue
         path.write_text(text, encoding="utf-8")
         steps.append(f"wrote {path}")
     if target.platform == "systemd":
@@ -55,8 +63,10 @@ def uninstall(target: Target, run: Runner = run_tool) -> list[str]:
     else:
         domain = "system" if target.system else f"gui/{os.getuid()}"
         steps += _run_all([["launchctl", "bootout", f"{domain}/{LAUNCHD_LABEL}"]], run)
-    for name in render(target):
-        path = target.unit_dir / name
+    paths = [target.unit_dir / name for name in render(target)]
+    if target.env_file is not None:
+        paths.append(target.env_file)  # whether or not this install gave a URL: a credential
+    for path in paths:
         if path.exists():
             path.unlink()
             steps.append(f"removed {path}")
@@ -64,6 +74,18 @@ def uninstall(target: Target, run: Runner = run_tool) -> list[str]:
         steps += _run_all([[*_systemctl(target), "daemon-reload"]], run)
     steps.append(f"kept the data directory {target.data_dir} (delete it yourself to erase all memories)")
     return steps
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (mode 0600 from the first byte,
+    also when the file existed with a wider mode)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _run_all(commands: list[list[str]], run: Runner) -> list[str]:
