@@ -76,7 +76,24 @@ def status_renderable(s: dict[str, Any], rates: dict[str, float] | None = None) 
         models.add_row(name, str(m.get("enabled")), str(m.get("loaded")), str(m.get("path") or "-"),
                        _model_problem(m))
     parts.append(models)
+    daemons = cluster_table(s.get("cluster"))
+    if daemons is not None:
+        parts.append(daemons)
     return Group(*parts)
+
+
+def cluster_table(cluster: dict[str, Any] | None) -> Table | None:
+    """The daemons sharing the store (None on a store only this daemon has ever used)."""
+    if not cluster or (not cluster.get("shared") and len(cluster.get("daemons", [])) < 2):
+        return None
+    table = Table(title="daemons sharing the store (queues above are theirs too)", title_justify="left")
+    for col in ("node", "host", "pid", "state", "leases", "last seen", "up since"):
+        table.add_column(col, justify="right" if col in ("pid", "leases") else "left")
+    for d in cluster["daemons"]:
+        table.add_row(d["node"] + (" (this)" if d.get("self") else ""), str(d.get("host") or "-"),
+                      str(d.get("pid") or "-"), d["state"], str(d["leases"]),
+                      _when(d.get("last_seen_at")), _when(d.get("started_at")))
+    return table
 
 
 def _model_problem(m: dict[str, Any]) -> Text:

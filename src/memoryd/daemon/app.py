@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from memoryd import __version__
 from memoryd.clock import utcnow
 from memoryd.config import Config
-from memoryd.daemon import schedules, systemd
+from memoryd.daemon import cluster, schedules, systemd
 from memoryd.daemon import status as status_mod
 from memoryd.daemon.governor import IDLE, Governor, HostProbe, Thresholds
 from memoryd.daemon.lock import DataDirLock
@@ -35,7 +35,7 @@ from memoryd.service.handlers import Dispatcher
 from memoryd.service.server import SocketServer
 from memoryd.store import memories as mem
 from memoryd.store import migrate
-from memoryd.store.engine import create_store_engine
+from memoryd.store.engine import create_store_engine, is_sqlite, read_only
 from memoryd.store.memories import WriteContext
 
 log = structlog.get_logger(__name__)
@@ -130,6 +130,7 @@ class Daemon:
             loop.add_signal_handler(sig, self._stop.set)
 
         self.engine = engine = await loop.run_in_executor(None, self._open_store)
+        await loop.run_in_executor(None, self._announce)
         ctx = PassContext(engine=engine, config=self.cfg, embedder=self.embedder, now=time.time,
                           llm=self.llm)
         self.governor = Governor(HostProbe(), Thresholds.from_config(self.cfg))
@@ -149,6 +150,9 @@ class Daemon:
         self.scheduler.add_job(self._enqueue_time_driven, "interval", seconds=self.cfg.tick_interval_s,
                                id="schedules.tick", coalesce=True, max_instances=1,
                                misfire_grace_time=7 * 86400, next_run_time=datetime.now(UTC))
+        if not is_sqlite(engine):  # a shared store: the other daemons' status shows this one alive
+            self.scheduler.add_job(self._announce, "interval", seconds=cluster.HEARTBEAT_S,
+                                   id="cluster.heartbeat", coalesce=True, max_instances=1)
         self.scheduler.add_job(self._prune, "interval", seconds=self.cfg.prune_interval_s,
                                id="queue.prune", coalesce=True, max_instances=1,
                                misfire_grace_time=3600)
@@ -210,6 +214,10 @@ class Daemon:
         dispatcher.close()
         self.embedder.release()
         if self.engine is not None:
+            try:
+                await loop.run_in_executor(None, self._announce, "stopped")
+            except Exception as exc:  # a store gone away must not stop the shutdown
+                log.warning("cluster.leave_failed", error=str(exc))
             self.engine.dispose()
 
     def _start_watchdog(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -244,12 +252,19 @@ class Daemon:
             log.info("schedules.enqueued", passes=due)
             self.runner.wakeup()
 
+    def _announce(self, state: str = "running") -> None:
+        assert self.engine is not None
+        with self.engine.begin() as conn:
+            cluster.announce(conn, node_id(self.data_dir), started_at=self.started_at, now=time.time(),
+                             state=state)
+
     def _prune(self) -> None:
         assert self.engine is not None
         now = time.time()
         with self.engine.begin() as conn:
             jobs_pruned = jobq.prune_done(conn, older_than=now - self.cfg.done_retention_s)
             keys_pruned = mem.prune_idempotency(conn, now)
+            cluster.forget_stale(conn, now)
         log.info("queue.pruned", jobs=jobs_pruned, idempotency_keys=keys_pruned)
 
     def status(self) -> dict[str, Any]:
@@ -269,6 +284,9 @@ class Daemon:
                             "batches": self.committer.batches, "writes": self.committer.units,
                             "writer": "stopped" if self.committer.broken else "running"},
         }
+        with read_only(self.engine) as conn:
+            extra["cluster"] = {"shared": not is_sqlite(self.engine),
+                                "daemons": cluster.members(conn, time.time(), node_id(self.data_dir))}
         extra["runner"] = {"last_plan_state": self.runner.last_plan[0],
                            "last_plan": [{"pass": n, "batch": b} for n, b in self.runner.last_plan[1]]}
         problems = [] if self.committer.broken is None else [
