@@ -140,3 +140,23 @@ def module_daemon() -> Iterator[DaemonHandle]:
     finally:
         handle.kill()
         shutil.rmtree(root, ignore_errors=True)
+
+
+# -- PostgreSQL (tests/postgres.py) ------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """One embedded PostgreSQL 18 + pgvector server for the whole session (started on first use)."""
+    from tests.postgres import start_server, stop_server
+
+    server = start_server()
+    yield server
+    stop_server(server)
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> Iterator[str]:
+    """The SQLAlchemy URL of a fresh, empty PostgreSQL database for one test (dropped after it)."""
+    with pg_server.database() as url:
+        yield url

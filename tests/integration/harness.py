@@ -63,6 +63,9 @@ def hermetic_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str
 
     HOME and the XDG dirs point into the test's temp dir, so a developer's
     ``~/.config/memoryd/config.toml`` or ``$MEMORYD_SOCKET`` never leaks in.
+    PYTHONPATH is the source tree the tests imported memoryd from, so a daemon
+    runs the code under test even when the venv's editable install points at
+    another checkout (a git worktree sharing one venv).
     """
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("MEMORYD_") and k not in ("XDG_RUNTIME_DIR", "PYTHONPATH")}
@@ -74,6 +77,7 @@ def hermetic_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str
         XDG_CACHE_HOME=str(home / ".cache"),
         PYTHONUNBUFFERED="1",
         PYTHONDONTWRITEBYTECODE="1",
+        PYTHONPATH=str(SRC_DIR),
     )
     env.update(extra or {})
     return env

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sqlalchemy import Connection, select
-from sqlalchemy.dialects import sqlite
 
 from memoryd.queue import jobs as jobq
+from memoryd.store.backend import backend_for
 from memoryd.store.schema import meta
 
 TICK = "tick"
@@ -37,7 +37,7 @@ def enqueue_due(conn: Connection, intervals: Mapping[str, float], *, now: float,
         if last is not None and now - last < interval:
             continue
         jobq.enqueue(conn, pass_name, TICK, now=now, max_attempts=max_attempts)
-        stmt = sqlite.insert(meta).values(key=_key(pass_name), value=repr(now))
+        stmt = backend_for(conn).insert(meta).values(key=_key(pass_name), value=repr(now))
         conn.execute(stmt.on_conflict_do_update(index_elements=[meta.c.key], set_={"value": repr(now)}))
         due.append(pass_name)
     return due
