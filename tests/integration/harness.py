@@ -118,6 +118,8 @@ class DaemonHandle:
     group: int | None = None
     #: More ``memoryd run`` options, after the defaults (click keeps the last of a repeated one).
     extra_args: list[str] = field(default_factory=list)
+    #: ``--db-url`` (a PostgreSQL database); None keeps the SQLite file in the data dir.
+    db_url: str | None = None
     proc: subprocess.Popen[bytes] | None = None
     #: Set for daemons the fixture must stop at teardown (and expect exit 0 from).
     expect_clean_exit: bool = True
@@ -134,6 +136,11 @@ class DaemonHandle:
         return self.data_dir / "memoryd.db"
 
     @property
+    def store_url(self) -> str:
+        """The SQLAlchemy URL of the daemon's store, whichever the backend."""
+        return self.db_url or f"sqlite:///{self.db_path}"
+
+    @property
     def stderr_path(self) -> Path:
         return self.home / f"{self.name}.stderr"
 
@@ -144,6 +151,8 @@ class DaemonHandle:
                 "--log-format", "json"]
         if self.config_path is not None:
             args += ["--config", str(self.config_path)]
+        if self.db_url is not None:
+            args += ["--db-url", self.db_url]
         return args + self.extra_args
 
     # -- process -------------------------------------------------------------
@@ -266,7 +275,12 @@ class DaemonHandle:
     # -- the store, read directly ------------------------------------------------
     @contextlib.contextmanager
     def db(self) -> Iterator[Any]:
-        """A raw connection to the daemon's SQLite file (autocommit)."""
+        """A raw connection to the daemon's store (autocommit): its SQLite file, or its
+        PostgreSQL database (``?`` placeholders work on both)."""
+        if self.db_url is not None:
+            with pg_connection(self.db_url) as pg:
+                yield pg
+            return
         conn = connect(str(self.db_path))
         conn.isolation_level = None
         try:
@@ -285,6 +299,31 @@ class DaemonHandle:
     def count_content(self, content: str) -> int:
         """Memory rows holding exactly this content."""
         return int(self.scalar("SELECT count(*) FROM memories WHERE content = ?", (content,)))
+
+
+class QmarkConnection:
+    """A psycopg connection that takes SQLite's ``?`` placeholders, so a test's SQL about what
+    was stored reads the same on both backends."""
+
+    def __init__(self, conn: Any):
+        self.conn = conn
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        if not params:
+            return self.conn.execute(sql)
+        return self.conn.execute(sql.replace("%", "%%").replace("?", "%s"), params)
+
+
+@contextlib.contextmanager
+def pg_connection(db_url: str) -> Iterator[QmarkConnection]:
+    """An autocommit psycopg connection to a SQLAlchemy ``postgresql+psycopg://`` URL."""
+    import psycopg
+
+    conn = psycopg.connect(db_url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True)
+    try:
+        yield QmarkConnection(conn)
+    finally:
+        conn.close()
 
 
 @contextlib.contextmanager

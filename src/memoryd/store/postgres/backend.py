@@ -32,7 +32,7 @@ class PostgresBackend(Backend):
 
     def seq_in(self, column: ColumnElement[Any], name: str) -> ColumnElement[bool]:
         # = ANY(array): one parameter whatever the number of seqs.
-        return column == any_(bindparam(name, type_=ARRAY(BigInteger)))
+        return column == any_(bindparam(name, [], type_=ARRAY(BigInteger)))
 
     def seq_values(self, seqs: Sequence[int]) -> Any:
         return [int(s) for s in seqs]
