@@ -161,6 +161,25 @@ def complete_many(conn: Connection, batch: Sequence[Job], *, now: float) -> set[
     return held
 
 
+def renew(conn: Connection, batch: Sequence[Job], *, now: float, lease_s: float) -> set[int]:
+    """Extend the leases this worker still holds on ``batch`` to ``now + lease_s``; return the
+    ids renewed (a job missing from it was lost: reclaimed after its lease expired)."""
+    held: set[int] = set()
+    by_lease: dict[tuple[str, str], list[int]] = {}
+    for job in batch:
+        by_lease.setdefault((job.lease_owner, job.lease_token), []).append(job.id)
+    for (owner, token), ids in by_lease.items():
+        rows = conn.execute(
+            update(jobs)
+            .where(jobs.c.id.in_(ids), jobs.c.state == "leased", jobs.c.lease_owner == owner,
+                   jobs.c.lease_token == token)
+            .values(lease_until=now + lease_s, updated_at=now)
+            .returning(jobs.c.id)
+        )
+        held.update(int(r[0]) for r in rows)
+    return held
+
+
 def fail(conn: Connection, job: Job, error: str, *, now: float, backoff_base_s: float = 2.0,
          backoff_max_s: float = 600.0) -> str:
     """Record a failed attempt: back to ready after a backoff, or dead when spent.
