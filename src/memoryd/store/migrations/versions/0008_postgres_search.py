@@ -9,6 +9,9 @@ Nothing changes on SQLite (FTS5 and vec0 came with 0001-0007). On PostgreSQL:
 * ``memory_vectors.vector`` becomes pgvector ``vector(dim)``, dim from
   ``vector_settings`` (0007 recorded it; 384 for all-MiniLM-L6-v2), with an
   HNSW index on cosine distance (store/postgres/vectors.py);
+* a trigger drops a memory's vector when its content changes or is cleared
+  (a forget), in the same statement, as migration 0007's trigger does on
+  SQLite: a vector never outlives the text it describes;
 * the ``vector`` extension must be there: the daemon checks the server before
   migrating (store/postgres/server.py) and says how to get it.
 
@@ -43,3 +46,7 @@ def upgrade() -> None:
     op.execute("DELETE FROM memory_vectors")
     op.execute(f"ALTER TABLE memory_vectors ALTER COLUMN vector TYPE vector({dim}) USING NULL")
     op.execute("CREATE INDEX ix_memory_vectors_hnsw ON memory_vectors USING hnsw (vector vector_cosine_ops)")
+    op.execute("CREATE FUNCTION memoryd_drop_stale_vector() RETURNS trigger LANGUAGE plpgsql AS $$ "
+               "BEGIN DELETE FROM memory_vectors WHERE memory_seq = NEW.seq; RETURN NULL; END $$")
+    op.execute("CREATE TRIGGER memory_vectors_stale AFTER UPDATE OF content ON memories FOR EACH ROW "
+               "WHEN (NEW.content IS DISTINCT FROM OLD.content) EXECUTE FUNCTION memoryd_drop_stale_vector()")
