@@ -3,6 +3,7 @@ socket), with what to do: a server without pgvector, and a database at a newer r
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 
 import psycopg
@@ -54,3 +55,19 @@ def test_a_postgres_database_from_a_newer_memoryd_is_refused_and_left_untouched(
     daemon.expect_clean_exit = True
     daemon.start()
     assert daemon.call("memory.get", {"id": kept})["content"] == "The schema test row"
+
+
+def test_an_unreachable_server_is_refused_at_start_without_a_traceback_or_the_password(
+        start_daemon: Callable[..., DaemonHandle]) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    daemon = start_daemon("unreachable", start=False,
+                          db_url=f"postgresql://memoryd:s3cret-pw@127.0.0.1:{port}/memoryd")
+    assert daemon.run_to_exit() == EXIT_REFUSED, daemon.stderr_tail()
+    stderr = daemon.stderr_text()
+    shown = f"postgresql+psycopg://memoryd:***@127.0.0.1:{port}"
+    assert f"cannot reach the PostgreSQL server at {shown}" in stderr
+    assert "check --db-url" in stderr
+    assert "Traceback" not in stderr and "s3cret-pw" not in stderr.replace(" ".join(daemon.argv), "")
+    assert not daemon.socket.exists()

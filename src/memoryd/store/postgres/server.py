@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import structlog
-from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from memoryd.errors import ConfigError
 
@@ -29,8 +29,14 @@ class ServerUnsuitable(ConfigError):
 def check(engine: Engine) -> None:
     """Refuse a server older than MIN_SERVER_VERSION, or one without pgvector (creating the
     extension when it is available and we may)."""
-    with engine.connect() as conn:
-        where = _where(conn)
+    where = engine.url.render_as_string(hide_password=True)
+    try:
+        conn = engine.connect()
+    except OperationalError as exc:
+        raise ServerUnsuitable(
+            f"cannot reach the PostgreSQL server at {where} ({str(exc.orig).strip()}); check --db-url "
+            "(host, port, database, user), and that the server runs and accepts this host") from None
+    with conn:
         version = int(conn.exec_driver_sql("SHOW server_version_num").scalar_one())
         if version // 10000 < MIN_SERVER_VERSION:
             shown = conn.exec_driver_sql("SHOW server_version").scalar_one()
@@ -62,11 +68,6 @@ def check(engine: Engine) -> None:
                 f"pgvector {installed} in the database at {where} is older than "
                 f"{'.'.join(map(str, MIN_PGVECTOR))}; run ALTER EXTENSION vector UPDATE after installing "
                 "a newer pgvector on the server")
-
-
-def _where(conn: Connection) -> str:
-    url = conn.engine.url
-    return url.render_as_string(hide_password=True)
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
