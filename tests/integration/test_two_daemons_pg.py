@@ -3,6 +3,7 @@ and each embed job is done once across the two (SKIP LOCKED claims, leases per d
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -56,3 +57,22 @@ def test_two_daemons_share_one_store_and_embed_each_memory_once(
     # Scope still holds across daemons: another agent sees none of it.
     other = b.call("memory.search", {"query": "deploy pipeline", "agent_id": "someone-else"})["results"]
     assert other == []
+
+
+def test_a_write_on_one_daemon_wakes_an_idle_daemon_with_a_model_at_once(
+        start_daemon: Callable[..., DaemonHandle], pg_url: str) -> None:
+    """LISTEN/NOTIFY: daemon b has the embedder and no safety-net tick within the test (an hour);
+    daemon a has no embedder. a's writes are embedded by b because a's enqueue woke it."""
+    idle = {**CONFIG, "tick_interval_s": 3600.0}
+    b = start_daemon("b", embedder="bundled", db_url=pg_url, config=idle)
+    b.call("memory.search", {"query": "load the model", "agent_id": "x", "mode": "vector"})
+    wait_until(lambda: b.call("daemon.status")["models"]["embedder"]["loaded"], timeout_s=300,
+               message="b's embedder loaded")
+    a = start_daemon("a", embedder="none", db_url=pg_url, config=idle)
+    time.sleep(2.0)  # both idle: b's runner waits for a wake-up (or its hour-long tick)
+    ids = [a.write(f"written on a, embedded on b: note {i}", agent_id="shared")["id"] for i in range(5)]
+    wait_until(lambda: _open_embeds(a) == 0, timeout_s=60, message="b to embed a's writes")
+    assert _embed_stats(b)["processed_total"] >= len(ids)
+    found = {r["id"] for r in b.call("memory.search", {
+        "query": "written on a", "agent_id": "shared", "mode": "vector", "k": 10})["results"]}
+    assert set(ids) <= found

@@ -56,7 +56,10 @@ def enqueue(conn: Connection, pass_name: str, target: str, *, now: float,
         "priority": priority, "run_after": now if run_after is None else run_after,
         "attempts": 0, "max_attempts": max_attempts, "created_at": now, "updated_at": now,
     }
-    return bool(conn.execute(_insert_unless_live(conn).values(**values)).rowcount)
+    added = bool(conn.execute(_insert_unless_live(conn).values(**values)).rowcount)
+    if added:
+        backend_for(conn).notify_jobs(conn)
+    return added
 
 
 def enqueue_many(conn: Connection, pairs: Sequence[tuple[str, str]], *, now: float,
@@ -74,6 +77,8 @@ def enqueue_many(conn: Connection, pairs: Sequence[tuple[str, str]], *, now: flo
          jobs.c.updated_at: bindparam("now")}))
     run_many(conn, stmt, [{"pass_name": p, "target": t, "now": now, "max_attempts": max_attempts}
                           for p, t in pairs])
+    if pairs:
+        backend_for(conn).notify_jobs(conn)
 
 
 def claim(conn: Connection, pass_name: str, *, owner: str, now: float, lease_s: float,

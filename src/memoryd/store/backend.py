@@ -16,8 +16,8 @@ does its own way lives behind :class:`Backend`, one subclass per engine:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import ColumnElement, Connection, Engine, Select, Table
 from sqlalchemy.dialects.postgresql import Insert as PgInsert
@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     import numpy as np
 
     from memoryd.store.search_request import SearchRequest
+
+
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
 
 
 class Backend(ABC):
@@ -65,6 +69,15 @@ class Backend(ABC):
     def lock_schema(self, conn: Connection) -> None:  # noqa: B027 - optional hook
         """Make this transaction the only one migrating the schema until it ends (daemons
         starting together on one database; SQLite's write lock already does)."""
+
+    def notify_jobs(self, conn: Connection) -> None:  # noqa: B027 - optional hook
+        """Wake the other daemons sharing this store when this transaction commits (a
+        single daemon wakes its own runner in-process)."""
+
+    def job_listener(self, engine: Engine, wake: Callable[[], None]) -> Stoppable | None:
+        """A started listener that calls ``wake`` when another daemon enqueues jobs (None
+        where daemons cannot share a store)."""
+        return None
 
     # -- search legs ----------------------------------------------------------------------------
     @abstractmethod

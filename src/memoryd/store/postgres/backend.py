@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ARRAY, BigInteger, ColumnElement, Connection, Engine, Select, Table, any_, bindparam
 from sqlalchemy.dialects import postgresql
 
-from memoryd.store.backend import Backend
-from memoryd.store.postgres import lexical, server, vectors
+from memoryd.store.backend import Backend, Stoppable
+from memoryd.store.postgres import lexical, notify, server, vectors
 
 if TYPE_CHECKING:
     import numpy as np
@@ -45,6 +45,12 @@ class PostgresBackend(Backend):
     def serialize_audit(self, conn: Connection) -> None:
         # Appends read the chain's head, then insert after it: one appender at a time, until commit.
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({AUDIT_LOCK})")
+
+    def notify_jobs(self, conn: Connection) -> None:
+        notify.notify_jobs(conn)
+
+    def job_listener(self, engine: Engine, wake: Callable[[], None]) -> Stoppable | None:
+        return notify.JobListener(engine, wake).start()
 
     def lexical(self, conn: Connection, req: SearchRequest, now: str, limit: int) -> list[dict[str, Any]]:
         return lexical.lexical(conn, req, now, limit)
