@@ -76,3 +76,35 @@ def test_a_write_on_one_daemon_wakes_an_idle_daemon_with_a_model_at_once(
     found = {r["id"] for r in b.call("memory.search", {
         "query": "written on a", "agent_id": "shared", "mode": "vector", "k": 10})["results"]}
     assert set(ids) <= found
+
+
+def test_a_daemon_killed_mid_batch_leaves_its_jobs_to_the_other_once_its_leases_expire(
+        start_daemon: Callable[..., DaemonHandle], pg_url: str) -> None:
+    """kill -9 while daemon a holds a leased embed batch: nothing renews a's leases, they expire
+    (job_lease_s = 4 s), and daemon b finishes those jobs; every memory ends with one vector and
+    every embed job done, none dead."""
+    short = {**CONFIG, "job_lease_s": 4.0, "embed_batch_size": 16}
+    a = start_daemon("a", embedder="bundled", db_url=pg_url, config=short)
+    items = [{"content": f"memory {i} about the release checklist and its owners", "agent_id": "shared"}
+             for i in range(300)]
+    a.call("memory.write_many", {"items": items})
+    a_owner = (a.data_dir / "node_id").read_text().strip()
+
+    def a_holds_a_batch() -> bool:
+        return bool(a.scalar("SELECT count(*) FROM jobs WHERE pass = 'embed' AND state = 'leased' "
+                             "AND lease_owner = ?", (a_owner,)))
+
+    wait_until(a_holds_a_batch, timeout_s=300, interval_s=0.01, message="a to hold an embed batch")
+    a.kill()
+    orphaned = {r[0] for r in a.query("SELECT id FROM jobs WHERE pass = 'embed' AND state = 'leased' "
+                                      "AND lease_owner = ?", (a_owner,))}
+    assert orphaned, "a finished its batch before the kill; nothing was left to reclaim"
+
+    b = start_daemon("b", embedder="bundled", db_url=pg_url, config=short)
+    wait_until(lambda: _open_embeds(b) == 0, timeout_s=600, message="b to finish every embed job")
+    assert b.scalar("SELECT count(*) FROM memory_vectors") == len(items)
+    states = dict(b.query("SELECT state, count(*) FROM jobs WHERE pass = 'embed' GROUP BY state"))
+    assert states == {"done": len(items)}
+    # a's orphaned jobs were claimed again (a second attempt) once their leases had expired.
+    attempts = dict(b.query("SELECT id, attempts FROM jobs WHERE pass = 'embed'"))
+    assert all(attempts[job_id] == 2 for job_id in orphaned)
