@@ -3,6 +3,7 @@ and each embed job is done once across the two (SKIP LOCKED claims, leases per d
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -108,3 +109,50 @@ def test_a_daemon_killed_mid_batch_leaves_its_jobs_to_the_other_once_its_leases_
     # a's orphaned jobs were claimed again (a second attempt) once their leases had expired.
     attempts = dict(b.query("SELECT id, attempts FROM jobs WHERE pass = 'embed'"))
     assert all(attempts[job_id] == 2 for job_id in orphaned)
+
+
+def test_three_daemons_sixteen_clients_ten_thousand_writes_each_present_once_and_embedded_once(
+        start_daemon: Callable[..., DaemonHandle], pg_url: str) -> None:
+    """The issue's cluster figure: 3 daemons on one database, 16 concurrent clients spread over
+    them, 10,000 acknowledged writes; each is present once, and each memory is embedded once in
+    effect (one vector each, every embed job done, the daemons' processed counts adding up)."""
+    daemons = [start_daemon(f"n{i}", embedder="bundled", db_url=pg_url, config=CONFIG) for i in range(3)]
+    clients, per_client = 16, 625
+    acked: list[list[str]] = [[] for _ in range(clients)]
+    errors: list[BaseException] = []
+
+    def client(c: int) -> None:
+        daemon = daemons[c % len(daemons)]
+        try:
+            with daemon.client() as conn:
+                for start in range(0, per_client, 25):
+                    items = [{"content": f"client {c} write {i}: the cluster keeps every note once",
+                              "agent_id": f"agent-{c % 4}"} for i in range(start, start + 25)]
+                    out = conn.call("memory.write_many", {"items": items})["results"]
+                    acked[c].extend(r["id"] for r in out)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    write_s = time.monotonic() - started
+    assert not errors, errors[:3]
+    ids = [i for ids in acked for i in ids]
+    assert len(ids) == len(set(ids)) == clients * per_client
+    stored = dict(daemons[0].query("SELECT id, count(*) FROM memories GROUP BY id"))
+    assert set(stored) == set(ids) and set(stored.values()) == {1}
+
+    wait_until(lambda: _open_embeds(daemons[0]) == 0, timeout_s=1800, interval_s=1.0,
+               message="every embed job done")
+    drain_s = time.monotonic() - started - write_s
+    assert daemons[0].scalar("SELECT count(*) FROM memory_vectors") == len(ids)
+    states = dict(daemons[0].query("SELECT state, count(*) FROM jobs WHERE pass = 'embed' GROUP BY state"))
+    assert states == {"done": len(ids)}
+    processed = [_embed_stats(d)["processed_total"] for d in daemons]
+    assert sum(processed) == len(ids), processed
+    print(f"10,000 writes in {write_s:.1f} s; embed drain {drain_s:.1f} s; "  # noqa: T201 - shown with -s
+          f"embedded per daemon {processed}")
