@@ -72,8 +72,10 @@ class Daemon:
     """One ``memoryd run`` child process on ``root`` (its data dir, socket and log)."""
 
     def __init__(self, root: Path, *, embedder: str, config: dict[str, Any] | None = None,
-                 label: str = "daemon", data_dir: Path | None = None):
+                 label: str = "daemon", data_dir: Path | None = None, db_url: str | None = None):
         self.root = root
+        #: ``--db-url`` (a PostgreSQL database); None keeps SQLite in the data dir.
+        self.db_url = db_url
         self.label = label
         self.embedder = embedder
         self.data_dir = data_dir or root / "data"
@@ -104,6 +106,8 @@ class Daemon:
                "--log-format", "json", "--log-level", "info"]
         if self.config_path is not None:
             cmd += ["--config", str(self.config_path)]
+        if self.db_url is not None:
+            cmd += ["--db-url", self.db_url]
         return cmd
 
     def start(self, timeout_s: float = 120.0) -> float:

@@ -34,8 +34,10 @@ per mode and question type, for the tuning and the held-out half.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -166,6 +168,9 @@ def main() -> None:
                         help="conversations only: load and embed the set into DIR once, and search the "
                              "store kept there on later runs with the same DIR (a different --quick "
                              "needs another DIR)")
+    parser.add_argument("--postgres", action="store_true",
+                        help="notes only: run the daemon on an embedded PostgreSQL 18 + pgvector 0.8 "
+                             "(tests/postgres.py) instead of SQLite")
     parser.add_argument("--sweep", action="store_true",
                         help="conversations only: also re-fuse the tuning half's legs offline under "
                              "ranking variants (bench/recall_conv_sweep.py)")
@@ -184,52 +189,69 @@ def main() -> None:
     print(f"{len(data['memories'])} memories; "
           + ", ".join(f"{len(qs)} {name} questions" for name, qs in sets.items()))
 
-    with h.workdir("recall", keep=args.keep) as root, \
-            h.Daemon(root, embedder="bundled", config={"governor_enabled": False}) as daemon:
-        t0 = time.perf_counter()
-        to_label = load(daemon, data)
-        h.wait_drained(daemon, "embed")
-        wait_vector_ready(daemon)
-        print(f"loaded and embedded in {time.perf_counter() - t0:.1f} s")
+    with contextlib.ExitStack() as stack:
+        db_url = None
+        if args.postgres:
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+            from tests.postgres import start_server, stop_server
 
-        def ask(query: str, mode: str, k: int, explain: bool = False) -> dict[str, Any]:
-            result: dict[str, Any] = daemon.call("memory.search", {
-                "query": query, "mode": mode, "k": k, "explain": explain, **reader})
-            assert result["mode_used"] == mode, (mode, result["notices"])
-            return result
+            server = start_server()
+            stack.callback(stop_server, server)
+            db_url = stack.enter_context(server.database("recall"))
+            print("store: PostgreSQL 18 + pgvector 0.8 (embedded)")
+        root = stack.enter_context(h.workdir("recall", keep=args.keep))
+        daemon = stack.enter_context(h.Daemon(root, embedder="bundled", config={"governor_enabled": False},
+                                              db_url=db_url))
+        run_notes(args, daemon, data, reader, sets, answers)
 
-        def labels(rows: Sequence[dict[str, Any]]) -> list[str]:
-            return [to_label[r["id"]] for r in rows]
 
-        result: dict[str, Any] = {"n_memories": len(data["memories"]),
-                                  "n_questions": {n: len(qs) for n, qs in sets.items()}, "modes": {},
-                                  "missed_at_10": {}}
-        daemon_hybrid: dict[str, list[list[str]]] = {}
-        for name, qs in sets.items():
-            per_mode: dict[str, dict[str, float]] = {}
-            misses: dict[str, list[str]] = {}
-            for mode in MODES:
-                ranked = [labels(ask(q["question"], mode, K)["results"]) for q in qs]
-                per_mode[mode] = metrics(ranked, answers[name])
-                misses[mode] = [q["id"] for q, ids, gold in zip(qs, ranked, answers[name], strict=True)
-                                if not gold & set(ids)]
-                if mode == "hybrid":
-                    daemon_hybrid[name] = ranked
-            result["modes"][name] = per_mode
-            result["missed_at_10"][name] = misses
-            h.print_table(f"Daemon as shipped, {name} questions (k=10)",
-                          ["mode", "recall@5", "recall@10", "MRR@10"],
-                          [[m, v["recall@5"], v["recall@10"], v["mrr@10"]] for m, v in per_mode.items()],
-                          digits=3)
-            best_leg = max(per_mode["lexical"]["recall@10"], per_mode["vector"]["recall@10"])
-            beats = per_mode["hybrid"]["recall@10"] > best_leg
-            print(f"  hybrid beats both single legs on recall@10: {beats}")
-            for m in MODES:
-                print(f"  missed at 10 ({m}): {' '.join(misses[m]) or '-'}")
+def run_notes(args: Any, daemon: h.Daemon, data: dict[str, Any], reader: dict[str, Any],
+              sets: dict[str, list[dict[str, Any]]], answers: dict[str, list[set[str]]]) -> None:
+    """Load the notes set into ``daemon``, ask every question in every mode, print and save."""
+    t0 = time.perf_counter()
+    to_label = load(daemon, data)
+    h.wait_drained(daemon, "embed")
+    wait_vector_ready(daemon)
+    print(f"loaded and embedded in {time.perf_counter() - t0:.1f} s")
 
-        if not args.quick:
-            result["variants"] = sweep(sets, answers, ask, labels, daemon_hybrid)
-        h.save("recall", result, args.quick)
+    def ask(query: str, mode: str, k: int, explain: bool = False) -> dict[str, Any]:
+        result: dict[str, Any] = daemon.call("memory.search", {
+            "query": query, "mode": mode, "k": k, "explain": explain, **reader})
+        assert result["mode_used"] == mode, (mode, result["notices"])
+        return result
+
+    def labels(rows: Sequence[dict[str, Any]]) -> list[str]:
+        return [to_label[r["id"]] for r in rows]
+
+    result: dict[str, Any] = {"n_memories": len(data["memories"]),
+                              "n_questions": {n: len(qs) for n, qs in sets.items()}, "modes": {},
+                              "missed_at_10": {}}
+    daemon_hybrid: dict[str, list[list[str]]] = {}
+    for name, qs in sets.items():
+        per_mode: dict[str, dict[str, float]] = {}
+        misses: dict[str, list[str]] = {}
+        for mode in MODES:
+            ranked = [labels(ask(q["question"], mode, K)["results"]) for q in qs]
+            per_mode[mode] = metrics(ranked, answers[name])
+            misses[mode] = [q["id"] for q, ids, gold in zip(qs, ranked, answers[name], strict=True)
+                            if not gold & set(ids)]
+            if mode == "hybrid":
+                daemon_hybrid[name] = ranked
+        result["modes"][name] = per_mode
+        result["missed_at_10"][name] = misses
+        h.print_table(f"Daemon as shipped, {name} questions (k=10)",
+                      ["mode", "recall@5", "recall@10", "MRR@10"],
+                      [[m, v["recall@5"], v["recall@10"], v["mrr@10"]] for m, v in per_mode.items()],
+                      digits=3)
+        best_leg = max(per_mode["lexical"]["recall@10"], per_mode["vector"]["recall@10"])
+        beats = per_mode["hybrid"]["recall@10"] > best_leg
+        print(f"  hybrid beats both single legs on recall@10: {beats}")
+        for m in MODES:
+            print(f"  missed at 10 ({m}): {' '.join(misses[m]) or '-'}")
+
+    if not args.quick:
+        result["variants"] = sweep(sets, answers, ask, labels, daemon_hybrid)
+    h.save("recall", result, args.quick)
 
 
 def sweep(sets: dict[str, list[dict[str, Any]]], answers: dict[str, list[set[str]]],

@@ -45,12 +45,13 @@ def _short_dir() -> Path:
 def _new_handle(root: Path, name: str, *, embedder: str = "none", config: dict[str, Any] | None = None,
                 data_dir: Path | None = None, socket: Path | None = None, user: int | None = None,
                 group: int | None = None, python: str | None = None,
-                env: dict[str, str] | None = None) -> DaemonHandle:
+                env: dict[str, str] | None = None, db_url: str | None = None) -> DaemonHandle:
     home = root / name
     home.mkdir(mode=0o700)
     handle = DaemonHandle(
         name=name, home=home, data_dir=data_dir or home / "data",
         socket=socket or home / "s" / "memoryd.sock", embedder=embedder, env=hermetic_env(home, env),
+        db_url=db_url,
     )
     if python:
         handle.python = python
@@ -88,7 +89,8 @@ def short_tmp() -> Iterator[Path]:
 
 
 @pytest.fixture
-def start_daemon(request: pytest.FixtureRequest, short_tmp: Path) -> Iterator[Callable[..., DaemonHandle]]:
+def start_daemon(request: pytest.FixtureRequest, short_tmp: Path,
+                 new_db_url: Callable[[], str | None]) -> Iterator[Callable[..., DaemonHandle]]:
     """Factory: ``start_daemon(embedder="none", config=None, ...)`` → a running DaemonHandle.
 
     Keyword arguments:
@@ -100,12 +102,15 @@ def start_daemon(request: pytest.FixtureRequest, short_tmp: Path) -> Iterator[Ca
       user, group run the daemon as this uid/gid (root only)
       python      interpreter to run ``-m memoryd`` with
       env         extra environment variables
+      db_url      the store URL (default: the test's backend: SQLite in the data dir, or a
+                  fresh PostgreSQL database per daemon)
       start       False returns the handle unstarted (call .start() or .run_to_exit())
     """
     handles: list[DaemonHandle] = []
     request.node.stash[DAEMONS] = handles
 
     def make(name: str | None = None, *, start: bool = True, **options: Any) -> DaemonHandle:
+        options.setdefault("db_url", new_db_url())
         handle = _new_handle(short_tmp, name or f"d{len(handles) + 1}", **options)
         handles.append(handle)
         if start:
@@ -123,7 +128,7 @@ def daemon(start_daemon: Callable[..., DaemonHandle]) -> DaemonHandle:
 
 
 @pytest.fixture(scope="module")
-def module_daemon() -> Iterator[DaemonHandle]:
+def module_daemon(module_new_db_url: Callable[[], str | None]) -> Iterator[DaemonHandle]:
     """One daemon (defaults, ``--embedder none``) shared by a whole test module.
 
     For tests that only send bad input and check the daemon shrugs it off: one
@@ -132,7 +137,7 @@ def module_daemon() -> Iterator[DaemonHandle]:
     counts, since the store is shared.
     """
     root = _short_dir()
-    handle = _new_handle(root, "shared")
+    handle = _new_handle(root, "shared", db_url=module_new_db_url())
     try:
         handle.start()
         yield handle
@@ -140,3 +145,70 @@ def module_daemon() -> Iterator[DaemonHandle]:
     finally:
         handle.kill()
         shutil.rmtree(root, ignore_errors=True)
+
+
+# -- PostgreSQL (tests/postgres.py) ------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """One embedded PostgreSQL 18 + pgvector server for the whole session (started on first use)."""
+    from tests.postgres import start_server, stop_server
+
+    server = start_server()
+    yield server
+    stop_server(server)
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> Iterator[str]:
+    """The SQLAlchemy URL of a fresh, empty PostgreSQL database for one test (dropped after it)."""
+    with pg_server.database() as url:
+        yield url
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run a module marked ``both_backends`` once per store backend: SQLite, then PostgreSQL
+    (its parameter carries the ``postgres`` marker, so ``-m "not postgres"`` leaves it out).
+    Everything else gets the SQLite default without a parameter in its id."""
+    if "backend" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_backends"):
+        metafunc.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+                             indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
+def backend(request: pytest.FixtureRequest) -> str:
+    """The store backend daemons of this test use: ``sqlite`` (a file in the data dir) or
+    ``postgres`` (a fresh database on the session's embedded server, per daemon)."""
+    return str(getattr(request, "param", "sqlite"))
+
+
+def _db_urls(request: pytest.FixtureRequest, backend: str) -> Iterator[Callable[[], str | None]]:
+    made: list[str] = []
+    server: Any = None
+
+    def new() -> str | None:
+        nonlocal server
+        if backend != "postgres":
+            return None
+        if server is None:
+            server = request.getfixturevalue("pg_server")
+        name = server.create_database()
+        made.append(name)
+        return str(server.url(name))
+
+    yield new
+    for name in made:
+        server.drop_database(name)
+
+
+@pytest.fixture
+def new_db_url(request: pytest.FixtureRequest, backend: str) -> Iterator[Callable[[], str | None]]:
+    """Factory: a fresh store URL for a daemon (None on SQLite: the daemon's data dir holds it)."""
+    yield from _db_urls(request, backend)
+
+
+@pytest.fixture(scope="module")
+def module_new_db_url(request: pytest.FixtureRequest, backend: str) -> Iterator[Callable[[], str | None]]:
+    """:func:`new_db_url` for module-scoped daemons."""
+    yield from _db_urls(request, backend)

@@ -63,6 +63,9 @@ def hermetic_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str
 
     HOME and the XDG dirs point into the test's temp dir, so a developer's
     ``~/.config/memoryd/config.toml`` or ``$MEMORYD_SOCKET`` never leaks in.
+    PYTHONPATH is the source tree the tests imported memoryd from, so a daemon
+    runs the code under test even when the venv's editable install points at
+    another checkout (a git worktree sharing one venv).
     """
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("MEMORYD_") and k not in ("XDG_RUNTIME_DIR", "PYTHONPATH")}
@@ -74,6 +77,7 @@ def hermetic_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str
         XDG_CACHE_HOME=str(home / ".cache"),
         PYTHONUNBUFFERED="1",
         PYTHONDONTWRITEBYTECODE="1",
+        PYTHONPATH=str(SRC_DIR),
     )
     env.update(extra or {})
     return env
@@ -114,6 +118,8 @@ class DaemonHandle:
     group: int | None = None
     #: More ``memoryd run`` options, after the defaults (click keeps the last of a repeated one).
     extra_args: list[str] = field(default_factory=list)
+    #: ``--db-url`` (a PostgreSQL database); None keeps the SQLite file in the data dir.
+    db_url: str | None = None
     proc: subprocess.Popen[bytes] | None = None
     #: Set for daemons the fixture must stop at teardown (and expect exit 0 from).
     expect_clean_exit: bool = True
@@ -130,6 +136,11 @@ class DaemonHandle:
         return self.data_dir / "memoryd.db"
 
     @property
+    def store_url(self) -> str:
+        """The SQLAlchemy URL of the daemon's store, whichever the backend."""
+        return self.db_url or f"sqlite:///{self.db_path}"
+
+    @property
     def stderr_path(self) -> Path:
         return self.home / f"{self.name}.stderr"
 
@@ -140,6 +151,8 @@ class DaemonHandle:
                 "--log-format", "json"]
         if self.config_path is not None:
             args += ["--config", str(self.config_path)]
+        if self.db_url is not None:
+            args += ["--db-url", self.db_url]
         return args + self.extra_args
 
     # -- process -------------------------------------------------------------
@@ -262,7 +275,12 @@ class DaemonHandle:
     # -- the store, read directly ------------------------------------------------
     @contextlib.contextmanager
     def db(self) -> Iterator[Any]:
-        """A raw connection to the daemon's SQLite file (autocommit)."""
+        """A raw connection to the daemon's store (autocommit): its SQLite file, or its
+        PostgreSQL database (``?`` placeholders work on both)."""
+        if self.db_url is not None:
+            with pg_connection(self.db_url) as pg:
+                yield pg
+            return
         conn = connect(str(self.db_path))
         conn.isolation_level = None
         try:
@@ -281,6 +299,31 @@ class DaemonHandle:
     def count_content(self, content: str) -> int:
         """Memory rows holding exactly this content."""
         return int(self.scalar("SELECT count(*) FROM memories WHERE content = ?", (content,)))
+
+
+class QmarkConnection:
+    """A psycopg connection that takes SQLite's ``?`` placeholders, so a test's SQL about what
+    was stored reads the same on both backends."""
+
+    def __init__(self, conn: Any):
+        self.conn = conn
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        if not params:
+            return self.conn.execute(sql)
+        return self.conn.execute(sql.replace("%", "%%").replace("?", "%s"), params)
+
+
+@contextlib.contextmanager
+def pg_connection(db_url: str) -> Iterator[QmarkConnection]:
+    """An autocommit psycopg connection to a SQLAlchemy ``postgresql+psycopg://`` URL."""
+    import psycopg
+
+    conn = psycopg.connect(db_url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True)
+    try:
+        yield QmarkConnection(conn)
+    finally:
+        conn.close()
 
 
 @contextlib.contextmanager

@@ -11,12 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from memoryd.service.client import ClientError
 from memoryd.store import derive, proposals
+from memoryd.store import vectors as store_vectors
 from memoryd.store.memories import WriteContext, get_row
+from memoryd.store.schema import memories
 from tests.integration.harness import DaemonHandle, run_cli
 from tests.lifecycle.helpers import engine_on
+
+#: On both store backends (tests/conftest.py pytest_generate_tests).
+pytestmark = pytest.mark.both_backends
 
 #: No pass changes a row while the test compares (no models; decay and retention ran on the empty store).
 QUIET = {"governor_enabled": False}
@@ -257,13 +263,14 @@ def test_export_with_vectors_carries_each_rows_current_embedding(daemon: DaemonH
     daemon.call("memory.write", {"content": "vector export none", "agent_id": "a1"})
     values = [((i % 7) - 3) / 8.0 for i in range(384)]  # exact in float32
     blob = struct.pack("<384f", *values)
-    with daemon.db() as conn:
+    # Through the store's own vector writer: a BLOB in SQLite's view, a pgvector value on PostgreSQL.
+    with engine_on(daemon) as engine, engine.begin() as conn:
         for memory_id, chash in ((fresh, None), (stale, "0" * 64)):
-            seq, own_hash = conn.execute("SELECT seq, content_hash FROM memories WHERE id = ?",
-                                         (memory_id,)).fetchone()
-            conn.execute("INSERT INTO memory_vectors (memory_seq, model, dim, vector, content_hash, "
-                         "embedded_at) VALUES (?, 'probe-model', 384, ?, ?, '2025-01-01T00:00:00.000000Z')",
-                         (seq, blob, chash or own_hash))
+            seq, own_hash = conn.execute(select(memories.c.seq, memories.c.content_hash)
+                                         .where(memories.c.id == memory_id)).one()
+            store_vectors.upsert(conn, [{
+                "memory_seq": seq, "model": "probe-model", "dim": 384, "vector": blob,
+                "content_hash": chash or own_hash, "embedded_at": "2025-01-01T00:00:00.000000Z"}])
     rows = daemon.call("memory.export", {"with_vectors": True}, admin=True)["memories"]
     vectors = {r["content"]: r["vector"] for r in rows}
     got = vectors["vector export probe"]

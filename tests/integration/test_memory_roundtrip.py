@@ -14,6 +14,9 @@ from memoryd.store.engine import create_store_engine
 from memoryd.store.memories import add_tombstone, content_hash
 from tests.integration.harness import DaemonHandle, RawConnection, wait_until
 
+#: The socket contract on both store backends (tests/conftest.py pytest_generate_tests).
+pytestmark = pytest.mark.both_backends
+
 RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
 GET_FIELDS = {
@@ -132,7 +135,7 @@ def test_write_many_with_one_invalid_item_writes_nothing(daemon: DaemonHandle) -
 
 
 def test_write_many_with_one_tombstoned_item_writes_nothing(daemon: DaemonHandle) -> None:
-    engine = create_store_engine(f"sqlite:///{daemon.db_path}")
+    engine = create_store_engine(daemon.store_url)
     try:
         with engine.begin() as conn:
             add_tombstone(conn, "agent", "agent-a", content_hash("batch forgotten item"), datetime.now(UTC))

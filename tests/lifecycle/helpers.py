@@ -55,8 +55,9 @@ def search_ids(handle: DaemonHandle, query: str, **params: Any) -> list[str]:
 
 @contextmanager
 def engine_on(handle: DaemonHandle) -> Iterator[Engine]:
-    """A memoryd engine on the daemon's own SQLite file (safe while it runs: WAL, busy timeout)."""
-    engine = create_store_engine(f"sqlite:///{handle.db_path}", busy_timeout_ms=10000)
+    """A memoryd engine on the daemon's own store (its SQLite file, safe while it runs: WAL, busy
+    timeout; or its PostgreSQL database)."""
+    engine = create_store_engine(handle.store_url, busy_timeout_ms=10000)
     try:
         yield engine
     finally:

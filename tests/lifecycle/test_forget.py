@@ -6,8 +6,16 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.integration.harness import DaemonHandle, wait_until
 from tests.lifecycle.helpers import QUIET, error_of, get, search_ids, wait_status
+
+#: memory.forget on both store backends (tests/conftest.py pytest_generate_tests).
+pytestmark = pytest.mark.both_backends
+#: Why the file-bytes tests are SQLite's: PostgreSQL's erasure (text, lexemes, vector) is
+#: checked in the database by tests/postgres_store/test_pg_forget.py.
+FILE_BYTES_ONLY = "reads the SQLite file's bytes"
 
 FORGOTTEN_SHAPE_KEYS = {"id", "status", "content"}
 
@@ -73,7 +81,9 @@ def test_search_as_of_before_a_forget_still_finds_the_row_before_the_forget_and_
 
 
 def test_forget_erases_the_text_from_the_database_file_bytes_after_shutdown(
-        start_daemon: Callable[..., DaemonHandle]) -> None:
+        start_daemon: Callable[..., DaemonHandle], backend: str) -> None:
+    if backend != "sqlite":
+        pytest.skip(FILE_BYTES_ONLY)
     daemon = start_daemon(config=QUIET)
     secret, control = _marker("secret"), _marker("control")
     doomed = daemon.write(f"The prod root password is {secret} do not share", agent_id="agent-a")
@@ -94,7 +104,9 @@ def test_forget_erases_the_text_from_the_database_file_bytes_after_shutdown(
 
 
 def test_forget_erases_the_text_from_the_database_file_bytes_while_the_daemon_runs(
-        start_daemon: Callable[..., DaemonHandle]) -> None:
+        start_daemon: Callable[..., DaemonHandle], backend: str) -> None:
+    if backend != "sqlite":
+        pytest.skip(FILE_BYTES_ONLY)
     daemon = start_daemon(config=QUIET)
     secret, control = _marker("secret"), _marker("control")
     doomed = daemon.write(f"The staging API token is {secret} rotate monthly", agent_id="agent-a")

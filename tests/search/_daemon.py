@@ -32,8 +32,11 @@ DEFAULT_CONFIG: dict[str, Any] = {"governor_enabled": False, "model_idle_s": 360
 class SearchDaemon:
     """One ``memoryd run`` child process and a client connection to it."""
 
-    def __init__(self, root: Path, label: str, embedder: str, config: dict[str, Any] | None = None):
+    def __init__(self, root: Path, label: str, embedder: str, config: dict[str, Any] | None = None,
+                 db_url: str | None = None):
         self.root = root
+        #: ``--db-url`` (a PostgreSQL database); None keeps the SQLite file in the data dir.
+        self.store_url = db_url
         self.label = label
         self.embedder = embedder
         self.data_dir = root / f"{label}-data"
@@ -56,6 +59,8 @@ class SearchDaemon:
                "--socket", str(self.socket), "--embedder", self.embedder, "--llm", "none",
                "--log-format", "json"]
         cmd += ["--config", str(self.config_path)]
+        if self.store_url is not None:
+            cmd += ["--db-url", self.store_url]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          env=env, cwd=str(self.root))
@@ -164,7 +169,7 @@ class SearchDaemon:
     # -- the store, behind the daemon's back ---------------------------------------
     @property
     def db_url(self) -> str:
-        return f"sqlite:///{self.data_dir / 'memoryd.db'}"
+        return self.store_url or f"sqlite:///{self.data_dir / 'memoryd.db'}"
 
     def engine(self) -> Engine:
         """An engine on the daemon's database (same driver, same hooks); disposed at stop."""

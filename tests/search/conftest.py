@@ -22,7 +22,8 @@ from tests.search._daemon import SearchDaemon
 
 @pytest.fixture(scope="session")
 def spawn() -> Iterator[Callable[..., SearchDaemon]]:
-    """Start a daemon: ``spawn(label, embedder='bundled', config=None)``.
+    """Start a daemon: ``spawn(label, embedder='bundled', config=None, db_url=None)`` (db_url:
+    a PostgreSQL store; None keeps SQLite in the daemon's data dir).
 
     Module fixtures stop their daemons themselves; whatever is still running
     at the end of the session is stopped here, and the temp tree removed.
@@ -30,8 +31,9 @@ def spawn() -> Iterator[Callable[..., SearchDaemon]]:
     root = Path(tempfile.mkdtemp(prefix="mds-", dir="/tmp"))
     started: list[SearchDaemon] = []
 
-    def _spawn(label: str, embedder: str = "bundled", config: dict[str, Any] | None = None) -> SearchDaemon:
-        daemon = SearchDaemon(root, label, embedder, config)
+    def _spawn(label: str, embedder: str = "bundled", config: dict[str, Any] | None = None,
+               db_url: str | None = None) -> SearchDaemon:
+        daemon = SearchDaemon(root, label, embedder, config, db_url)
         started.append(daemon)
         return daemon.start()
 

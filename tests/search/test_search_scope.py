@@ -18,12 +18,15 @@ at ``valid_at`` 2020-06-01), so a filter that is ignored fails them.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from tests.search._daemon import stop_cleanly
+
+#: Scope isolation on both store backends (tests/conftest.py pytest_generate_tests).
+pytestmark = pytest.mark.both_backends
 
 QUERY = "run the smoke tests against staging before tagging a release"
 PHRASE = '"smoke tests against staging"'
@@ -84,9 +87,13 @@ def seed(daemon: Any) -> dict[tuple[str, str, str], str]:
     return ids
 
 
+#: A seeded daemon and the ids of its rows.
+Seeded = tuple[Any, dict[tuple[str, str, str], str]]
+
+
 @pytest.fixture(scope="module")
-def store(spawn: Any) -> Iterator[tuple[Any, dict[tuple[str, str, str], str]]]:
-    daemon = spawn("scope", embedder="bundled")
+def store(spawn: Any, backend: str, module_new_db_url: Callable[[], str | None]) -> Iterator[Seeded]:
+    daemon = spawn(f"scope-{backend}", embedder="bundled", db_url=module_new_db_url())
     ids = seed(daemon)
     daemon.wait_embedded()
     yield daemon, ids
@@ -94,9 +101,9 @@ def store(spawn: Any) -> Iterator[tuple[Any, dict[tuple[str, str, str], str]]]:
 
 
 @pytest.fixture(scope="module")
-def store_off(spawn: Any) -> Iterator[tuple[Any, dict[tuple[str, str, str], str]]]:
+def store_off(spawn: Any, backend: str, module_new_db_url: Callable[[], str | None]) -> Iterator[Seeded]:
     """The same store on a daemon whose embedder is off: every search falls back to lexical."""
-    daemon = spawn("scope-off", embedder="none")
+    daemon = spawn(f"scope-off-{backend}", embedder="none", db_url=module_new_db_url())
     ids = seed(daemon)
     yield daemon, ids
     stop_cleanly(daemon)

@@ -250,3 +250,34 @@ def test_store_locked_during_a_pass_releases_its_batch_uncounted(engine: Engine)
     assert (job.state, job.attempts, job.lease_owner) == ("ready", 0, None)
     assert runner.stats["fake_locked"].errors_total == 0
     assert job_of(engine, "fake_ok").state == "done"  # positive control: other passes go on
+
+
+class LongBatchPass(CompletingPass):
+    """A batch that runs three lease periods, while another worker tries to claim its jobs."""
+
+    name: ClassVar[str] = "fake_long"
+
+    def __init__(self, lease_s: float) -> None:
+        self.lease_s = lease_s
+        self.taken_by_other: list[Job] = []
+
+    def run(self, batch: list[Job], ctx: PassContext) -> PassResult:
+        time.sleep(self.lease_s * 3)
+        with ctx.engine.begin() as conn:
+            self.taken_by_other = jobq.claim(conn, self.name, owner="other-node", now=time.time(),
+                                             lease_s=self.lease_s, limit=10)
+        return super().run(batch, ctx)
+
+
+def test_the_runner_renews_a_running_batchs_leases_so_no_one_else_takes_them(engine: Engine) -> None:
+    long_pass = LongBatchPass(lease_s=0.6)
+    runner = make_runner(engine, long_pass, config=Config(job_lease_s=0.6))
+    enqueue(engine, "fake_long", "m1", "m2")
+    assert runner.cycle()
+    assert long_pass.taken_by_other == []  # the leases were renewed while the batch ran
+    assert job_of_state(engine, "fake_long") == {"done"}  # and its completions were not stale
+
+
+def job_of_state(engine: Engine, pass_name: str) -> set[str]:
+    with read_only(engine) as conn:
+        return set(conn.execute(select(jobs.c.state).where(jobs.c["pass"] == pass_name)).scalars())

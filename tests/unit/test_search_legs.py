@@ -20,6 +20,7 @@ from memoryd.store.engine import read_only
 from memoryd.store.memories import WriteContext
 from memoryd.store.schema import memories
 from memoryd.store.scope import Reader
+from memoryd.store.sqlite import lexical as sqlite_lexical
 from memoryd.store.writes import WriteUnit, commit_units
 
 from .helpers import NOW, build_memory
@@ -65,7 +66,7 @@ def test_lexical_leg_fetches_past_other_owners_better_matches(
 def test_lexical_leg_falls_back_to_the_exhaustive_join(crowded_lexical: tuple[Engine, set[str]],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     engine, mine = crowded_lexical
-    monkeypatch.setattr(search, "LEX_MAX_FETCH", 300)  # one round of 200, then the join
+    monkeypatch.setattr(sqlite_lexical, "LEX_MAX_FETCH", 300)  # one round of 200, then the join
     got = _lexical(engine, "deploy", "me")
     assert len(got) == 10 and {r["id"] for r in got} <= mine
     assert got == sorted(got, key=lambda r: -r["bm25"])

@@ -35,6 +35,7 @@ from memoryd.service.handlers import Dispatcher
 from memoryd.service.server import SocketServer
 from memoryd.store import memories as mem
 from memoryd.store import migrate
+from memoryd.store.backend import Stoppable, backend_for
 from memoryd.store.engine import create_store_engine, is_sqlite, read_only
 from memoryd.store.memories import WriteContext
 
@@ -91,6 +92,7 @@ class Daemon:
         self.committer: GroupCommitter | None = None
         self.governor: Governor | None = None
         self.servers: list[SocketServer] = []
+        self.listener: Stoppable | None = None
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT; return the process exit code."""
@@ -137,6 +139,8 @@ class Daemon:
         self.runner = runner = PassRunner(self.passes, ctx, owner=node_id(self.data_dir),
                                           governor=self.governor)
         runner.start()
+        # PostgreSQL: another daemon's enqueue wakes this runner (LISTEN/NOTIFY).
+        self.listener = backend_for(engine).job_listener(engine, runner.wakeup)
 
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.scheduler.add_job(runner.wakeup, "interval", seconds=self.cfg.tick_interval_s,
@@ -207,6 +211,8 @@ class Daemon:
         for server in self.servers:
             await server.close()
         loop = asyncio.get_running_loop()
+        if self.listener is not None:
+            await loop.run_in_executor(None, self.listener.stop)
         if self.runner is not None:
             await loop.run_in_executor(None, self.runner.stop, self.cfg.shutdown_grace_s)
         if self.scheduler is not None and self.scheduler.running:

@@ -25,6 +25,7 @@ from memoryd.passes import failures
 from memoryd.passes.base import Pass, PassContext, PassResult
 from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
+from memoryd.queue.lease import LeaseHeartbeat
 from memoryd.store.engine import read_only
 
 log = structlog.get_logger(__name__)
@@ -189,7 +190,8 @@ class PassRunner:
         stats.last_batch_size = len(batch)
         started = time.perf_counter()
         try:
-            result = self._run_isolated(p, batch, stats)
+            with LeaseHeartbeat(self.ctx.engine, batch, self.ctx.config.job_lease_s, self.ctx.now):
+                result = self._run_isolated(p, batch, stats)
         finally:
             self._current = []
             elapsed_ms = (time.perf_counter() - started) * 1000

@@ -15,12 +15,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, bindparam, case, func, insert, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import ColumnElement, Connection, and_, bindparam, case, func, or_, select, update
 
 from memoryd.clock import rfc3339_from_epoch
 from memoryd.errors import StaleLease
 from memoryd.queue.backoff import backoff_s
+from memoryd.store.backend import backend_for
 from memoryd.store.prepared import prepare, run_many
 from memoryd.store.schema import jobs
 
@@ -42,13 +42,9 @@ class Job:
     lease_token: str
 
 
-def _insert_unless_live(dialect: str) -> Any:
+def _insert_unless_live(conn: Connection) -> Any:
     """INSERT into jobs that does nothing where a live job holds (pass, target) (uq_jobs_live)."""
-    if dialect == "sqlite":
-        return sqlite.insert(jobs).on_conflict_do_nothing()
-    if dialect == "postgresql":
-        return postgresql.insert(jobs).on_conflict_do_nothing()
-    return insert(jobs)  # pragma: no cover
+    return backend_for(conn).insert(jobs).on_conflict_do_nothing()
 
 
 def enqueue(conn: Connection, pass_name: str, target: str, *, now: float,
@@ -60,7 +56,10 @@ def enqueue(conn: Connection, pass_name: str, target: str, *, now: float,
         "priority": priority, "run_after": now if run_after is None else run_after,
         "attempts": 0, "max_attempts": max_attempts, "created_at": now, "updated_at": now,
     }
-    return bool(conn.execute(_insert_unless_live(conn.dialect.name).values(**values)).rowcount)
+    added = bool(conn.execute(_insert_unless_live(conn).values(**values)).rowcount)
+    if added:
+        backend_for(conn).notify_jobs(conn)
+    return added
 
 
 def enqueue_many(conn: Connection, pairs: Sequence[tuple[str, str]], *, now: float,
@@ -70,8 +69,7 @@ def enqueue_many(conn: Connection, pairs: Sequence[tuple[str, str]], *, now: flo
     The group committer's and the embed pass's path: the statement is compiled
     once (store/prepared.py) instead of built per job.
     """
-    dialect = conn.dialect.name
-    stmt = prepare(conn, "enqueue-many", lambda: _insert_unless_live(dialect).values(
+    stmt = prepare(conn, "enqueue-many", lambda: _insert_unless_live(conn).values(
         {pass_col: bindparam("pass_name"), jobs.c.target: bindparam("target"),
          jobs.c.payload: "{}", jobs.c.state: "ready", jobs.c.priority: 0,
          jobs.c.run_after: bindparam("now"), jobs.c.attempts: 0,
@@ -79,6 +77,8 @@ def enqueue_many(conn: Connection, pairs: Sequence[tuple[str, str]], *, now: flo
          jobs.c.updated_at: bindparam("now")}))
     run_many(conn, stmt, [{"pass_name": p, "target": t, "now": now, "max_attempts": max_attempts}
                           for p, t in pairs])
+    if pairs:
+        backend_for(conn).notify_jobs(conn)
 
 
 def claim(conn: Connection, pass_name: str, *, owner: str, now: float, lease_s: float,
@@ -105,8 +105,8 @@ def claim(conn: Connection, pass_name: str, *, owner: str, now: float, lease_s: 
         select(jobs.c.id).where(pass_col == pass_name, due)
         .order_by(jobs.c.priority.desc(), jobs.c.run_after, jobs.c.id).limit(limit)
     )
-    if conn.dialect.name == "postgresql":
-        pick = pick.with_for_update(skip_locked=True)
+    # On PostgreSQL: FOR UPDATE SKIP LOCKED, so daemons sharing the queue never take one job twice.
+    pick = backend_for(conn).lock_claim(pick)
     token = secrets.token_hex(8)
     rows = conn.execute(
         update(jobs)
@@ -160,6 +160,25 @@ def complete_many(conn: Connection, batch: Sequence[Job], *, now: float) -> set[
                    jobs.c.lease_token == token)
             .values(state="done", finished_at=now, updated_at=now, lease_owner=None,
                     lease_token=None, lease_until=None, last_error=None)
+            .returning(jobs.c.id)
+        )
+        held.update(int(r[0]) for r in rows)
+    return held
+
+
+def renew(conn: Connection, batch: Sequence[Job], *, now: float, lease_s: float) -> set[int]:
+    """Extend the leases this worker still holds on ``batch`` to ``now + lease_s``; return the
+    ids renewed (a job missing from it was lost: reclaimed after its lease expired)."""
+    held: set[int] = set()
+    by_lease: dict[tuple[str, str], list[int]] = {}
+    for job in batch:
+        by_lease.setdefault((job.lease_owner, job.lease_token), []).append(job.id)
+    for (owner, token), ids in by_lease.items():
+        rows = conn.execute(
+            update(jobs)
+            .where(jobs.c.id.in_(ids), jobs.c.state == "leased", jobs.c.lease_owner == owner,
+                   jobs.c.lease_token == token)
+            .values(lease_until=now + lease_s, updated_at=now)
             .returning(jobs.c.id)
         )
         held.update(int(r[0]) for r in rows)

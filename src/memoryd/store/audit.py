@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, select
 
+from memoryd.store.backend import backend_for
 from memoryd.store.prepared import fetch, prepare, run_many
 from memoryd.store.schema import audit_events
 
@@ -66,6 +67,8 @@ def append_many(conn: Connection, events: Sequence[Event]) -> str:
     One read of the chain's head and one executemany, however many events:
     the group committer's path for a batch of writes.
     """
+    # Concurrent daemons on one PostgreSQL database would otherwise both chain after one head.
+    backend_for(conn).serialize_audit(conn)
     prev = last_hash(conn)
     rows = []
     for ev in events:

@@ -15,10 +15,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, select, update
-from sqlalchemy.dialects import sqlite
 
 from memoryd.clock import parse_rfc3339, to_rfc3339
 from memoryd.store import audit
+from memoryd.store.backend import backend_for
 from memoryd.store.schema import memories, meta
 
 CURSOR_KEY = "decay.cursor"
@@ -38,7 +38,7 @@ def _cursor(conn: Connection) -> int:
 
 
 def _set_cursor(conn: Connection, value: int) -> None:
-    stmt = sqlite.insert(meta).values(key=CURSOR_KEY, value=str(value))
+    stmt = backend_for(conn).insert(meta).values(key=CURSOR_KEY, value=str(value))
     conn.execute(stmt.on_conflict_do_update(index_elements=[meta.c.key], set_={"value": str(value)}))
 
 

@@ -47,7 +47,8 @@ def create_store_engine(url: str, busy_timeout_ms: int = 5000, pool_size: int = 
     # hide_parameters: a statement's bound values (memory text) never appear in the
     # engine's error messages, which end up in jobs.last_error, status and the log.
     if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True, hide_parameters=True)
+        return create_engine(postgres_url(url), pool_pre_ping=True, hide_parameters=True,
+                             pool_size=pool_size, max_overflow=8)
     engine = create_engine(
         url,
         hide_parameters=True,
@@ -59,6 +60,15 @@ def create_store_engine(url: str, busy_timeout_ms: int = 5000, pool_size: int = 
     )
     _install_sqlite_hooks(engine, busy_timeout_ms)
     return engine
+
+
+def postgres_url(url: str) -> str:
+    """``url`` with psycopg 3 as the driver when it names none (SQLAlchemy's default for a bare
+    ``postgresql://`` is psycopg2, which memoryd does not install)."""
+    for bare in ("postgresql://", "postgres://"):
+        if url.startswith(bare):
+            return "postgresql+psycopg://" + url[len(bare):]
+    return url
 
 
 def _install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, delete, select
-from sqlalchemy.dialects import sqlite
 
+from memoryd.store.backend import backend_for
 from memoryd.store.schema import entities, entity_aliases, entity_mentions
 
 
@@ -39,12 +39,12 @@ def create(conn: Connection, scope: str, owner: str, name: str, norm: str, type_
 
 
 def add_alias(conn: Connection, entity_id: int, alias: str) -> None:
-    conn.execute(sqlite.insert(entity_aliases).values(entity_id=entity_id, alias=alias)
+    conn.execute(backend_for(conn).insert(entity_aliases).values(entity_id=entity_id, alias=alias)
                  .on_conflict_do_nothing())
 
 
 def mention(conn: Connection, entity_id: int, memory_id: str, surface: str) -> None:
-    conn.execute(sqlite.insert(entity_mentions).values(entity_id=entity_id, memory_id=memory_id,
+    conn.execute(backend_for(conn).insert(entity_mentions).values(entity_id=entity_id, memory_id=memory_id,
                                                        surface=surface).on_conflict_do_nothing())
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Connection, delete, or_, select
-from sqlalchemy.dialects import sqlite
 
+from memoryd.store.backend import backend_for
 from memoryd.store.schema import memory_links
 
 SUPERSEDES, MERGED_INTO, CITES = "supersedes", "merged_into", "cites"
@@ -14,7 +14,8 @@ SUPERSEDES, MERGED_INTO, CITES = "supersedes", "merged_into", "cites"
 
 def add(conn: Connection, src_id: str, dst_id: str, kind: str, at: str) -> None:
     """Link ``src`` to ``dst`` (idempotent)."""
-    stmt = sqlite.insert(memory_links).values(src_id=src_id, dst_id=dst_id, kind=kind, created_at=at)
+    stmt = backend_for(conn).insert(memory_links).values(
+        src_id=src_id, dst_id=dst_id, kind=kind, created_at=at)
     conn.execute(stmt.on_conflict_do_nothing())
 
 

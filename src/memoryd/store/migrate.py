@@ -12,6 +12,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 from memoryd.errors import MemorydError
+from memoryd.store.backend import backend_for
 
 log = structlog.get_logger(__name__)
 
@@ -47,8 +48,12 @@ def upgrade(engine: Engine) -> str:
     """Bring the database to this memoryd's head revision; return it.
 
     Raises SchemaTooNew, without touching the database, when the database
-    carries a revision this memoryd does not know.
+    carries a revision this memoryd does not know, and the backend's refusal
+    (ConfigError) when the server lacks what memoryd needs (store/backend.py
+    check_server: PostgreSQL older than 15, no pgvector).
     """
+    backend = backend_for(engine)
+    backend.check_server(engine)
     cfg = _alembic_config()
     script = ScriptDirectory.from_config(cfg)
     known = {rev.revision for rev in script.walk_revisions()}
@@ -60,6 +65,7 @@ def upgrade(engine: Engine) -> str:
             "--data-dir/--db-url at another store"
         )
     with engine.begin() as conn:
+        backend.lock_schema(conn)
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
     head = head_revision()

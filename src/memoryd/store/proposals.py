@@ -12,9 +12,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Text, cast, func, or_, select, update
-from sqlalchemy.dialects import sqlite
 
 from memoryd.clock import to_rfc3339
+from memoryd.store.backend import backend_for
 from memoryd.store.ids import new_id
 from memoryd.store.schema import proposals
 
@@ -34,7 +34,7 @@ def propose(conn: Connection, *, kind: str, memory_ids: Sequence[str], reason: s
     """Open a proposal unless the same one was ever raised; return its id or None."""
     assert kind in KINDS
     pid = new_id("prp_")
-    stmt = sqlite.insert(proposals).values(
+    stmt = backend_for(conn).insert(proposals).values(
         id=pid, kind=kind, memory_ids=list(memory_ids), pair_key=pair_key(kind, memory_ids),
         reason=reason, payload=payload, status="open", created_at=to_rfc3339(now), created_by=created_by,
     ).on_conflict_do_nothing()

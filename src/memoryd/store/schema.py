@@ -21,8 +21,11 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
+
+from memoryd.store.postgres.vector_type import VectorBytes
 
 metadata = MetaData()
 
@@ -62,7 +65,7 @@ memories = Table(
     Column("recorded_at", String(32), nullable=False),
     Column("retired_at", String(32)),
     Column("expires_at", String(32)),
-    Column("derived", Boolean, nullable=False, server_default=text("0")),
+    Column("derived", Boolean, nullable=False, server_default=false()),
     Column("metadata", JSON, nullable=False),
     # Independent writes of the same content in the same scope (duplicates collapse into it).
     Column("corroboration", Integer, nullable=False, server_default=text("1")),
@@ -83,7 +86,8 @@ memory_vectors = Table(
     Column("memory_seq", Integer, ForeignKey("memories.seq", ondelete="CASCADE"), primary_key=True),
     Column("model", String(128), nullable=False),
     Column("dim", Integer, nullable=False),
-    Column("vector", LargeBinary, nullable=False),  # float32 little-endian, L2-normalised
+    # float32 little-endian, L2-normalised; a pgvector column on PostgreSQL (migration 0008)
+    Column("vector", VectorBytes, nullable=False),
     # The hash of the content the vector describes: a vector never outlives it.
     Column("content_hash", String(64), nullable=False),
     Column("embedded_at", String(32), nullable=False),

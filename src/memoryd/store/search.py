@@ -1,8 +1,11 @@
-"""memory.search: lexical (FTS5/BM25) and vector (sqlite-vec) legs fused by RRF.
+"""memory.search: a lexical and a vector leg fused by RRF — how ranking works, on any backend.
 
-Both legs filter by the same scope pairs (store/scope.py) inside their
-candidate queries; the vector leg over-fetches until it has ``k`` rows that
-also pass the time filters, or says it is partial. Ranking:
+The legs themselves are the backend's (store/backend.py): FTS5/BM25 and
+sqlite-vec on SQLite (store/sqlite/), tsvector/ts_rank_cd and pgvector HNSW on
+PostgreSQL (store/postgres/). Both legs filter by the same scope pairs
+(store/scope.py, store/search_request.py) inside their candidate queries;
+the vector leg over-fetches until it has ``k`` rows that also pass the time
+filters, or says it is partial. Ranking:
 
 * each leg ranks its candidates; weighted reciprocal rank fusion gives
   ``rrf = Σ w_leg / (2 + rank)`` over the legs that found the row, with
@@ -31,55 +34,51 @@ tests/data/conversations/ (bench/recall_conv_offline.py, an offline replica of
 this ranking) over the turn alone, the turn before first, before and after,
 and mixes of the two encodings; the lexical leg indexes the turn alone.
 
-Lexical-only results score ``-bm25`` and vector-only results ``1 − cosine
+Lexical-only results score the backend's text score (``-bm25`` on SQLite,
+``ts_rank_cd`` on PostgreSQL) and vector-only results ``1 − cosine
 distance``, so a score is comparable within one answer, not across modes.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import (
-    BindParameter,
-    ColumnElement,
-    Connection,
-    String,
-    and_,
-    bindparam,
-    func,
-    literal_column,
-    or_,
-    select,
-    table,
-    text,
-)
+from sqlalchemy import Connection, literal_column, select
 
 from memoryd.clock import parse_rfc3339, to_rfc3339
 from memoryd.store import prepared, vectors
+from memoryd.store.backend import backend_for
 from memoryd.store.schema import jobs, memories
-from memoryd.store.scope import Reader, scope_keys, visible
-from memoryd.text.normalize import STOPWORDS
+from memoryd.store.scope import scope_keys
+from memoryd.store.search_request import (
+    CANDIDATE,
+    MAX_TERMS,
+    QUERY_STOPWORDS,
+    SearchRequest,
+    candidates,
+    query_terms,
+    row_filter,
+    statuses_for,
+)
+from memoryd.store.sqlite.lexical import (
+    LEX_MAX_FETCH,
+    LEX_MIN_FETCH,
+    LEX_OVERFETCH,
+    fts_match,
+    lexical_statement,
+)
 from memoryd.text.timeexpr import TimeWindow, parse_time
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-#: Words the lexical leg drops besides STOPWORDS: question words, pronouns and the pieces of
-#: auxiliaries and contractions. A question is full of them ("what did she say about her job"),
-#: and so is conversation, so they match turns that share nothing else with it. Quantifiers and
-#: prepositions ("same", "before") stay: they can be the content of a note.
-_QUESTION_WORDS = """
-what when where which while who whom why how
-her hers herself him himself his itself myself ours ourselves theirs themselves
-am aren couldn d didn doesn doing don hadn hasn haven having isn ll m re s shouldn t ve wasn weren
-get got let
-"""
-QUERY_STOPWORDS = STOPWORDS | frozenset(_QUESTION_WORDS.split())
-MAX_TERMS = 64
+#: Names other modules, tests and benchmarks import from here (their homes are
+#: store/search_request.py and store/sqlite/lexical.py).
+__all__ = ["CANDIDATE", "LEX_MAX_FETCH", "LEX_MIN_FETCH", "LEX_OVERFETCH", "MAX_TERMS", "QUERY_STOPWORDS",
+           "SearchRequest", "candidates", "fts_match", "lexical_statement", "row_filter", "statuses_for"]
+
 RRF_K = 2  # weighted RRF's constant; see the module docstring for how it was chosen
 LEG_WEIGHTS = {"lexical": 1.0, "vector": 1.5}
 IMPORTANCE_WEIGHT = 0.2
@@ -87,57 +86,6 @@ RECENCY_WEIGHT = 0.1
 RECENCY_HALF_LIFE_DAYS = 30.0
 #: Hybrid score factor for a row inside a time window the query names.
 TIME_BOOST = 1.5
-#: The lexical leg checks the best max(limit x LEX_OVERFETCH, LEX_MIN_FETCH) full-text matches
-#: against the filters first, and fetches more only when too few pass.
-LEX_OVERFETCH = 10
-LEX_MIN_FETCH = 200
-LEX_MAX_FETCH = 12_800
-
-fts = table("memories_fts", literal_column("rowid"))
-
-#: What the legs fetch of each candidate: enough to rank and fuse. The rows that make
-#: the answer are read whole once, at the end (hydrate), not every candidate of both legs.
-CANDIDATE = (memories.c.seq, memories.c.id, memories.c.scope, memories.c.owner,
-             memories.c.importance, memories.c.recorded_at, memories.c.occurred_at)
-
-#: A set of seqs passed as one JSON array: the statement has one parameter whatever the
-#: candidate count, so it compiles once (an expanding IN recompiles its parameter list per call).
-_SEQS = func.json_each(bindparam("seqs", "[]")).table_valued("value")
-_CANDIDATE_NAMES = tuple(c.name for c in CANDIDATE)
-
-
-def candidates(conn: Connection, req: SearchRequest, now: str, seqs: Sequence[int]) -> list[dict[str, Any]]:
-    """The CANDIDATE columns of those of ``seqs`` that pass the request's filters.
-
-    One keyed lookup per seq. The statement is compiled once per filter shape
-    (reader, scope, statuses, as_of, valid_at, kind) and run on the driver: a
-    search's legs would otherwise spend more in SQLAlchemy than in SQLite.
-    """
-    if not seqs:
-        return []
-    shape = (req.reader, req.scope, tuple(statuses_for(req)), req.as_of, req.valid_at, req.kind)
-    stmt = prepared.prepare(conn, ("search.candidates", shape), lambda: select(*CANDIDATE).where(
-        memories.c.seq.in_(select(_SEQS.c.value)), row_filter(req, bindparam("now", "", type_=String))))
-    rows = prepared.fetch(conn, stmt, {"seqs": json.dumps(list(seqs)), "now": now})
-    return [dict(zip(_CANDIDATE_NAMES, row, strict=True)) for row in rows]
-
-
-@dataclass
-class SearchRequest:
-    """A validated memory.search request."""
-
-    query: str
-    k: int = 10
-    reader: Reader = field(default_factory=Reader)
-    scope: str | None = None
-    kind: str | None = None
-    mode: str = "hybrid"
-    as_of: str | None = None
-    valid_at: str | None = None
-    #: The time the query's time expressions are read against (else as_of, else the clock).
-    time_ref: str | None = None
-    include_candidates: bool = False
-    explain: bool = False
 
 
 @dataclass
@@ -147,114 +95,10 @@ class SearchOutcome:
     notices: list[str]
 
 
-def fts_match(query: str) -> str | None:
-    """A safe FTS5 MATCH expression for user text, or None if it has no words.
-
-    Every word is quoted, so FTS operators in user text (AND, NEAR, *, ^, :)
-    are literal and no quote can break the expression. Words other than
-    stop-words are OR-ed (BM25 ranks rows matching more of them first); a
-    query wrapped in double quotes is an exact phrase.
-    """
-    stripped = query.strip()
-    words = _WORD.findall(stripped)[:MAX_TERMS]
-    if not words:
-        return None
-    if len(stripped) >= 2 and stripped[0] == stripped[-1] == '"':
-        return '"' + " ".join(words) + '"'
-    # Stop-words match nearly every row: they cost time (~5x at 100k) and add no ranking signal.
-    meaningful = [w for w in words if w.lower() not in QUERY_STOPWORDS] or words
-    return " OR ".join(f'"{w}"' for w in meaningful)
-
-
-def statuses_for(req: SearchRequest) -> list[str]:
-    """The statuses a request may see."""
-    out = ["active", "superseded", "archived"] if req.as_of else ["active"]
-    if req.include_candidates:
-        out.append("candidate")
-    return out
-
-
-def row_filter(req: SearchRequest, now: str | BindParameter[str]) -> ColumnElement[Any]:
-    """Scope, status, time and kind conditions shared by every search leg (``now`` may be a
-    bound parameter, for a statement compiled once)."""
-    conds: list[ColumnElement[Any]] = [
-        visible(memories, req.reader, req.scope),
-        memories.c.status.in_(statuses_for(req)),
-    ]
-    if req.as_of:
-        # What the store believed at as_of: recorded by then, not yet retired.
-        conds += [
-            memories.c.recorded_at <= req.as_of,
-            or_(memories.c.retired_at.is_(None), memories.c.retired_at > req.as_of),
-        ]
-    else:
-        conds.append(or_(memories.c.expires_at.is_(None), memories.c.expires_at > now))
-    if req.valid_at:
-        conds += [
-            memories.c.valid_from <= req.valid_at,
-            or_(memories.c.valid_to.is_(None), memories.c.valid_to > req.valid_at),
-        ]
-    if req.kind:
-        conds.append(memories.c.kind == req.kind)
-    return and_(*conds)
-
-
 def lexical(conn: Connection, req: SearchRequest, now: str, limit: int) -> list[dict[str, Any]]:
-    """Rows matching the query by FTS5, best BM25 first, with ``bm25`` (higher is better).
-
-    FTS5 ranks its matches alone first (the cost of the bare MATCH), and the
-    best ``fetch`` of them are checked against scope, status and time with one
-    lookup by key. When fewer than ``limit`` pass, it fetches more (eight
-    times as many each round) until enough pass or the matches run out; past
-    LEX_MAX_FETCH it runs the exhaustive join instead. Never a fixed cut
-    filtered in silence.
-    """
-    match = fts_match(req.query)
-    if match is None:
-        return []
-    fetch = max(limit * LEX_OVERFETCH, LEX_MIN_FETCH)
-    while fetch <= LEX_MAX_FETCH:
-        hits = conn.exec_driver_sql(_RANKED, (match, fetch)).all()
-        rank = {int(seq): float(r) for seq, r in hits}
-        found = candidates(conn, req, now, list(rank))
-        for row in found:
-            row["bm25"] = -rank[row["seq"]]
-        found.sort(key=lambda r: -r["bm25"])
-        if len(found) >= limit or len(hits) < fetch:
-            return found[:limit]
-        fetch *= 8
-    stmt = lexical_statement(req, now, limit)
-    return [dict(r._mapping) for r in conn.execute(stmt)]
-
-
-_RANKED = ("SELECT rowid, bm25(memories_fts) FROM memories_fts WHERE memories_fts MATCH ? "
-           "ORDER BY bm25(memories_fts) LIMIT ?")
-
-
-def lexical_statement(req: SearchRequest, now: str, limit: int) -> Any:
-    """The exhaustive lexical leg's SQL: every match joined to its row (None when the query has no words)."""
-    match = fts_match(req.query)
-    if match is None:
-        return None
-    # Full-text matches first, once, as a materialised set: otherwise SQLite may
-    # walk the reader's rows by the scope index and re-run the MATCH per row,
-    # which is quadratic in a crowded store.
-    hits = (
-        select(literal_column("rowid").label("seq"),
-               func.bm25(literal_column("memories_fts")).label("rank"))
-        .select_from(fts)
-        .where(text("memories_fts MATCH :match").bindparams(match=match))
-        .cte("hits")
-        .prefix_with("MATERIALIZED")
-    )
-    stmt = (
-        select(*CANDIDATE, (-hits.c.rank).label("bm25"))
-        .select_from(hits.join(memories, memories.c.seq == hits.c.seq))
-        .where(row_filter(req, now))
-        .order_by(hits.c.rank)
-        .limit(limit)
-    )
-    return stmt
+    """The backend's lexical leg: rows matching the query's words that pass the request's
+    filters, best first, with ``bm25`` (its text score, higher is better)."""
+    return backend_for(conn).lexical(conn, req, now, limit)
 
 
 def vector(conn: Connection, req: SearchRequest, now: str, query_vec: np.ndarray,
@@ -266,6 +110,7 @@ def vector(conn: Connection, req: SearchRequest, now: str, query_vec: np.ndarray
     pass or the index is exhausted (never a fixed cut filtered in silence).
     """
     keys = scope_keys(req.reader, req.scope)
+    max_knn = backend_for(conn).max_knn
     fetch = max(limit * 2, 20)
     while True:
         hits = vectors.knn(conn, query_vec, k=fetch, scope_keys=keys,
@@ -280,9 +125,9 @@ def vector(conn: Connection, req: SearchRequest, now: str, query_vec: np.ndarray
         exhausted = len(hits) < fetch
         if len(found) >= limit or exhausted:
             return found[:limit], False
-        if fetch >= vectors.MAX_KNN:
+        if fetch >= max_knn:
             return found[:limit], True
-        fetch = min(fetch * 4, vectors.MAX_KNN)
+        fetch = min(fetch * 4, max_knn)
 
 
 def _boosts(row: dict[str, Any], ref: datetime) -> tuple[float, float]:
@@ -384,7 +229,7 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
     notices: list[str] = []
     time_ref = parse_rfc3339(req.time_ref) if req.time_ref else ref
     windows = parse_time(req.query, time_ref)
-    if fts_match(req.query) is None:
+    if query_terms(req.query) is None:
         notices.append("the query has no searchable words for the lexical leg")
     want = leg_limit(req)
     lex_rows = lexical(conn, req, now_s, want) if req.mode in ("hybrid", "lexical") else None
@@ -410,7 +255,7 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
         if partial:
             notices.append(
                 f"vector leg partial: fewer than {want} rows passed the time filters among the "
-                f"{vectors.MAX_KNN} nearest"
+                f"{backend_for(conn).max_knn} nearest"
             )
         if pending_embeds(conn):
             missing = vectors.count_unembedded(conn, row_filter(req, now_s))
@@ -429,7 +274,7 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
     else:
         mode_used = "lexical"
         rows = _single(lex_rows, req, lambda r: r["bm25"], "lexical")
-        if len(rows) < req.k and req.mode == "lexical" and fts_match(req.query) is not None:
+        if len(rows) < req.k and req.mode == "lexical" and query_terms(req.query) is not None:
             fill_vec = qvec if qvec is not None else (lazy_vec() if lazy_vec else None)
             if fill_vec is not None:
                 rows += _fill(rows, vector(conn, req, now_s, fill_vec, want)[0], req, "vector", notices)
@@ -444,13 +289,16 @@ def hydrate(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]
     """The answer's rows with every column, read in the search's own snapshot."""
     if not rows:
         return rows
+    backend = backend_for(conn)
     stmt = prepared.prepare(conn, "search.hydrate", lambda: select(memories).where(
-        memories.c.seq.in_(select(_SEQS.c.value))))
+        backend.seq_in(memories.c.seq, "seqs")))
     full = {}
-    for values in prepared.fetch(conn, stmt, {"seqs": json.dumps([row["seq"] for row in rows])}):
+    for values in prepared.fetch(conn, stmt, {"seqs": backend.seq_values([row["seq"] for row in rows])}):
         row = dict(zip(_MEMORY_NAMES, values, strict=True))
-        # On the driver there is no type processing: JSON and booleans are decoded here.
-        row["metadata"] = json.loads(row["metadata"]) if row["metadata"] is not None else None
+        # On the driver there is no type processing: JSON (text on SQLite, decoded by psycopg
+        # on PostgreSQL) and booleans are decoded here.
+        if isinstance(row["metadata"], str | bytes):
+            row["metadata"] = json.loads(row["metadata"])
         row["derived"] = bool(row["derived"])
         full[row["seq"]] = row
     return [{**full[row["seq"]], **row} for row in rows if row["seq"] in full]

@@ -59,7 +59,7 @@ def upgrade() -> None:
         _ts("recorded_at", nullable=False),
         _ts("retired_at"),
         _ts("expires_at"),
-        sa.Column("derived", sa.Boolean, nullable=False, server_default=sa.text("0")),
+        sa.Column("derived", sa.Boolean, nullable=False, server_default=sa.false()),
         sa.Column("metadata", sa.JSON, nullable=False),
     )
     op.create_index("ix_memories_identity", "memories", ["scope", "owner", "content_hash"])

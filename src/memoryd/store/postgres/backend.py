@@ -1,0 +1,75 @@
+"""PostgresBackend: the PostgreSQL implementation of store/backend.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import ARRAY, BigInteger, ColumnElement, Connection, Engine, Select, Table, any_, bindparam
+from sqlalchemy.dialects import postgresql
+
+from memoryd.store.backend import Backend, Stoppable
+from memoryd.store.postgres import lexical, notify, server, vectors
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from memoryd.store.search_request import SearchRequest
+
+#: pg_advisory_xact_lock keys (one namespace for memoryd: 0x6d656d6f = "memo").
+AUDIT_LOCK = 0x6D656D6F_0001
+SCHEMA_LOCK = 0x6D656D6F_0002
+
+
+class PostgresBackend(Backend):
+    """PostgreSQL with pgvector (store/postgres/lexical.py, store/postgres/vectors.py)."""
+
+    name = "postgresql"
+    max_knn = vectors.MAX_KNN
+
+    def insert(self, table: Table) -> postgresql.Insert:
+        return postgresql.insert(table)
+
+    def seq_in(self, column: ColumnElement[Any], name: str) -> ColumnElement[bool]:
+        # = ANY(array): one parameter whatever the number of seqs.
+        return column == any_(bindparam(name, [], type_=ARRAY(BigInteger)))
+
+    def seq_values(self, seqs: Sequence[int]) -> Any:
+        return [int(s) for s in seqs]
+
+    def lock_claim(self, pick: Select[Any]) -> Select[Any]:
+        # Daemons sharing the queue: a row another claimer has locked is skipped, not waited on
+        # and never taken twice.
+        return pick.with_for_update(skip_locked=True)
+
+    def serialize_audit(self, conn: Connection) -> None:
+        # Appends read the chain's head, then insert after it: one appender at a time, until commit.
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({AUDIT_LOCK})")
+
+    def notify_jobs(self, conn: Connection) -> None:
+        notify.notify_jobs(conn)
+
+    def job_listener(self, engine: Engine, wake: Callable[[], None]) -> Stoppable | None:
+        return notify.JobListener(engine, wake).start()
+
+    def lexical(self, conn: Connection, req: SearchRequest, now: str, limit: int) -> list[dict[str, Any]]:
+        return lexical.lexical(conn, req, now, limit)
+
+    def knn(self, conn: Connection, query: np.ndarray, *, k: int, scope_keys: Sequence[str],
+            statuses: Sequence[str], kind: str | None) -> list[tuple[int, float]]:
+        return vectors.knn(conn, query, k=k, scope_keys=scope_keys, statuses=statuses, kind=kind)
+
+    def upsert_vectors(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+        vectors.upsert(conn, rows)
+
+    def erase_vectors(self, conn: Connection, seqs: Sequence[int]) -> int:
+        return vectors.erase(conn, seqs)
+
+    def rebuild_vector_index(self, conn: Connection, dim: int) -> None:
+        vectors.rebuild_index(conn, dim)
+
+    def check_server(self, engine: Engine) -> None:
+        server.check(engine)
+
+    def lock_schema(self, conn: Connection) -> None:
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})")

@@ -1,0 +1,94 @@
+"""Vectors on PostgreSQL: ``memory_vectors.vector`` is a pgvector column with an HNSW index on
+cosine distance (migration 0008); rows are plain rows, so a deleted memory takes its vector
+with it (ON DELETE CASCADE) and an erased one is gone with its row version.
+
+Nearest neighbours with the scope filter inside the search: one statement joins
+each vector to its memory and keeps only rows whose (scope, owner), status and
+kind the reader may see, ordered by distance, LIMIT k. pgvector 0.8's iterative
+index scan (``hnsw.iterative_scan = relaxed_order``) keeps walking the HNSW
+graph until k rows pass the filter, instead of filtering a fixed ``ef_search``
+cut. If it still returns fewer than k (the reader sees fewer than k rows, or
+the scan stopped at ``hnsw.max_scan_tuples``), the same query runs as an exact
+scan over the reader's rows, so a visible row is never missed because others
+crowded the index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from sqlalchemy import ColumnElement, Connection, Float, and_, bindparam, select, tuple_
+from sqlalchemy.dialects import postgresql
+
+from memoryd.store.postgres.vector_type import VectorBytes
+from memoryd.store.schema import memories, memory_vectors
+
+#: The most rows one nearest-neighbour query returns.
+MAX_KNN = 4096
+#: hnsw.ef_search: pgvector's default (40) unless k asks for more; 1000 is its maximum.
+MIN_EF_SEARCH = 40
+MAX_EF_SEARCH = 1000
+
+
+def upsert(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """INSERT ... ON CONFLICT (memory_seq) DO UPDATE: a re-embed replaces the vector."""
+    stmt = postgresql.insert(memory_vectors)
+    cols = ("model", "dim", "vector", "content_hash", "embedded_at")
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[memory_vectors.c.memory_seq], set_={c: stmt.excluded[c] for c in cols},
+    )
+    conn.execute(stmt, list(rows))
+
+
+def erase(conn: Connection, seqs: Sequence[int]) -> int:
+    """Delete the vectors of ``seqs``; return how many there were."""
+    wanted = [int(s) for s in seqs]
+    deleted = conn.execute(memory_vectors.delete().where(memory_vectors.c.memory_seq.in_(wanted)))
+    return int(deleted.rowcount or 0)
+
+
+def _statement(pairs: Sequence[tuple[str, str]], statuses: Sequence[str], kind: str | None,
+               exact: bool) -> Any:
+    query = bindparam("query", type_=VectorBytes())
+    distance = memory_vectors.c.vector.op("<=>", return_type=Float)(query)
+    conds: list[ColumnElement[bool]] = [tuple_(memories.c.scope, memories.c.owner).in_(list(pairs)),
+                                        memories.c.status.in_(list(statuses))]
+    if kind:
+        conds.append(memories.c.kind == kind)
+    # "+ 0" hides the ORDER BY from the HNSW index: the exact scan reads the reader's rows by
+    # the scope index and sorts them, instead of walking the graph.
+    order = distance + 0 if exact else distance
+    return (select(memory_vectors.c.memory_seq, distance.label("distance"))
+            .join(memories, memories.c.seq == memory_vectors.c.memory_seq)
+            .where(and_(*conds)).order_by(order).limit(bindparam("k")))
+
+
+def knn(conn: Connection, query: np.ndarray, *, k: int, scope_keys: Sequence[str],
+        statuses: Sequence[str], kind: str | None) -> list[tuple[int, float]]:
+    """The ``k`` nearest visible vectors, nearest first (see the module docstring)."""
+    pairs = [(key.split(":", 1)[0], key.split(":", 1)[1]) for key in dict.fromkeys(scope_keys)]
+    if not pairs or k <= 0:
+        return []
+    k = min(k, MAX_KNN)
+    blob = np.asarray(query, dtype="<f4").tobytes()
+    # SET LOCAL: for this transaction only (a search's read transaction, or a pass's).
+    conn.exec_driver_sql("SET LOCAL hnsw.iterative_scan = relaxed_order")
+    conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {max(MIN_EF_SEARCH, min(k, MAX_EF_SEARCH))}")
+    params = {"query": blob, "k": k}
+    hits = [(int(s), float(d)) for s, d in conn.execute(_statement(pairs, statuses, kind, False), params)]
+    if len(hits) < k:
+        hits = [(int(s), float(d)) for s, d in conn.execute(_statement(pairs, statuses, kind, True), params)]
+    # relaxed_order may return a few rows out of order.
+    hits.sort(key=lambda h: h[1])
+    return hits
+
+
+def rebuild_index(conn: Connection, dim: int) -> None:
+    """Drop every vector and retype the column (and its HNSW index) to ``dim`` dimensions."""
+    conn.exec_driver_sql("DELETE FROM memory_vectors")
+    conn.exec_driver_sql("DROP INDEX IF EXISTS ix_memory_vectors_hnsw")
+    conn.exec_driver_sql(f"ALTER TABLE memory_vectors ALTER COLUMN vector TYPE vector({int(dim)}) USING NULL")
+    conn.exec_driver_sql("CREATE INDEX ix_memory_vectors_hnsw ON memory_vectors "
+                         "USING hnsw (vector vector_cosine_ops)")
