@@ -1,0 +1,36 @@
+"""daemon.status's cluster on one PostgreSQL shared by two daemons: each sees both."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from tests.integration.harness import DaemonHandle, wait_until
+
+pytestmark = pytest.mark.postgres
+
+
+def test_each_daemon_lists_both_and_a_stopped_one_reads_stopped(
+        start_daemon: Callable[..., DaemonHandle], pg_url: str) -> None:
+    a = start_daemon("a", db_url=pg_url)
+    b = start_daemon("b", db_url=pg_url)
+    for me, other in ((a, b), (b, a)):
+        cluster = me.call("daemon.status")["cluster"]
+        assert cluster["shared"] is True
+        by_pid = {d["pid"]: d for d in cluster["daemons"]}
+        assert set(by_pid) == {a.proc.pid, b.proc.pid}  # type: ignore[union-attr]
+        assert by_pid[me.proc.pid]["self"] and not by_pid[other.proc.pid]["self"]  # type: ignore[union-attr]
+        assert {d["state"] for d in cluster["daemons"]} == {"running"}
+        assert cluster["daemons"][0]["self"]  # this daemon first
+    b_node = next(d["node"] for d in a.call("daemon.status")["cluster"]["daemons"] if not d["self"])
+    assert b.stop() == 0
+    states = {d["node"]: d["state"] for d in a.call("daemon.status")["cluster"]["daemons"]}
+    assert states[b_node] == "stopped"
+    row = a.scalar("SELECT value FROM meta WHERE key = ?", (f"daemon:{b_node}",))
+    assert json.loads(row)["state"] == "stopped"
+    # On a shared store the row is renewed while the daemon runs (every 15 s).
+    first = a.call("daemon.status")["cluster"]["daemons"][0]["last_seen_at"]
+    wait_until(lambda: a.call("daemon.status")["cluster"]["daemons"][0]["last_seen_at"] != first,
+               timeout_s=40, interval_s=1.0, message="daemon a's row renewed by its heartbeat")
