@@ -292,7 +292,7 @@ class Daemon:
         }
         with read_only(self.engine) as conn:
             extra["cluster"] = {"shared": not is_sqlite(self.engine),
-                                "daemons": cluster.members(conn, time.time(), node_id(self.data_dir))}
+                                "daemons": cluster.members(conn, time.time(), self.runner.owner)}
         extra["runner"] = {"last_plan_state": self.runner.last_plan[0],
                            "last_plan": [{"pass": n, "batch": b} for n, b in self.runner.last_plan[1]]}
         problems = [] if self.committer.broken is None else [
