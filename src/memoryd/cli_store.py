@@ -37,21 +37,16 @@ class _ProgressPrinter:
 
     def __init__(self) -> None:
         self._table: str | None = None
-        self._table_started = 0.0
         self._last_print = 0.0
-        self._first_rows = 0
         self.batches = 0
         self._kill_after = int(os.environ.get(KILL_AFTER_ENV, "0") or 0)
 
-    def __call__(self, table: str, done: int, total: int) -> None:
+    def __call__(self, table: str, done: int, total: int, rate: float) -> None:
         now = time.monotonic()
         if table != self._table:
-            self._table, self._table_started, self._last_print = table, now, 0.0
-            self._first_rows = done
+            self._table, self._last_print = table, 0.0
         self.batches += 1
         if done >= total or now - self._last_print >= PROGRESS_INTERVAL_S:
-            elapsed = max(now - self._table_started, 1e-6)
-            rate = (done - self._first_rows) / elapsed
             click.echo(f"{table}: {done}/{total} rows ({rate:,.0f} rows/s)", err=True)
             self._last_print = now
         if self._kill_after and self.batches >= self._kill_after:

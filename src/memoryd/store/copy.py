@@ -53,8 +53,9 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_BATCH = 1000
 
-#: Called after each committed batch: (table, rows of it on the target, rows of it on the source).
-Progress = Callable[[str, int, int], None]
+#: Called after each committed batch: (table, rows of it on the target, rows of it on the source,
+#: rows per second this run has copied it at).
+Progress = Callable[[str, int, int, float], None]
 
 
 @dataclass
@@ -92,7 +93,8 @@ class CopyReport:
         return {
             "from": self.source, "to": self.target, "resumed": self.resumed,
             "already_complete": self.already_complete, "seconds": round(self.seconds, 3),
-            "tables": {name: {"source": t.source, "target": t.target, "copied": t.copied}
+            "tables": {name: {"source": t.source, "target": t.target, "copied": t.copied,
+                              "seconds": round(t.seconds, 3)}
                        for name, t in self.tables.items()},
             "counts_equal": self.counts_equal,
             "audit": {"events": self.audit_events, "verified": self.audit_break is None,
@@ -218,7 +220,8 @@ def _copy_table(src: Connection, target: Engine, copied: CopiedTable, marker: di
             _write_marker(conn, marker)
         result.copied += len(rows)
         if progress is not None:
-            progress(copied.name, state["rows"], result.source)
+            rate = result.copied / max(time.monotonic() - started, 1e-6)
+            progress(copied.name, state["rows"], result.source, rate)
     result.seconds = time.monotonic() - started
 
 
