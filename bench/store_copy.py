@@ -114,9 +114,10 @@ def main() -> None:
     rows = sum(t["source"] for t in summary["tables"].values())
     print_table("rows per table", ["table", "source", "target", "copy s"],
                 [[name, t["source"], t["target"], t["seconds"]] for name, t in summary["tables"].items()])
-    print_table("copy", ["memories", "rows (all tables)", "wall s", "copy s", "rows/s", "verified"],
+    print_table("copy", ["memories", "rows (all tables)", "wall s", "copy s", "index + sequences s",
+                         "rows/s", "verified"],
                 [[summary["tables"]["memories"]["source"], rows, wall, summary["seconds"],
-                  rows / summary["seconds"], summary["verified"]]], digits=1)
+                  summary["finish_seconds"], rows / summary["seconds"], summary["verified"]]], digits=1)
     print("progress lines (stderr):\n  " + "\n  ".join(stderr.strip().splitlines()[-6:]))
     save("store_copy", {"n": n, "batch_size": args.batch_size, "wall_s": wall, "rows": rows,
                         "summary": summary}, args.quick)

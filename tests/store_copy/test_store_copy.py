@@ -59,6 +59,9 @@ def test_copy_to_postgres_keeps_every_row_and_a_verifying_chain(source_store: di
             # The sequences moved past the copied ids: a new row takes the next one.
             nxt = conn.exec_driver_sql("SELECT nextval(pg_get_serial_sequence('memories', 'seq'))").scalar()
             assert nxt == max(r["seq"] for r in rows["memories"]) + 1
+            # The HNSW index, dropped for the load, was built at the end.
+            assert conn.exec_driver_sql("SELECT count(*) FROM pg_indexes "
+                                        "WHERE indexname = 'ix_memory_vectors_hnsw'").scalar() == 1
     finally:
         engine.dispose()
 
