@@ -8,11 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from sqlalchemy import select
 
 from memoryd.daemon.lock import DataDirLock
-from memoryd.store import audit
+from memoryd.store import audit, vectors
 from memoryd.store.copy_tables import MARKER_KEY
 from memoryd.store.engine import create_store_engine
 from memoryd.store.schema import memories, meta
@@ -154,3 +155,33 @@ def test_usage_errors_exit_2(source_store: dict[str, Any], short_tmp: Path) -> N
     missing = run_copy(f"sqlite:///{short_tmp / 'nope.db'}", f"sqlite:///{short_tmp / 'x.db'}")
     assert missing.returncode == 2 and "there is no SQLite store" in missing.stderr
     assert not (short_tmp / "nope.db").exists() and not (short_tmp / "x.db").exists()
+
+
+def test_the_target_adopts_the_sources_vector_dimension(pg_url: str, short_tmp: Path) -> None:
+    source = SearchDaemon(short_tmp, "tiny", "none").start()
+    for n in range(3):
+        source.write(f"note {n} about the eight-dimensional embedder", agent_id="a1")
+    stop_cleanly(source)
+    engine = create_store_engine(source.db_url)
+    try:
+        with engine.begin() as conn:
+            vectors.rebuild_index(conn, 8, "tiny-embedder")
+            seqs = conn.execute(select(memories.c.seq, memories.c.content_hash)).all()
+            vectors.upsert(conn, [{"memory_seq": s, "model": "tiny-embedder", "dim": 8,
+                                   "vector": vectors.to_blob(np.eye(8, dtype=np.float32)[i]),
+                                   "content_hash": h, "embedded_at": "2026-01-01T00:00:00.000000Z"}
+                                  for i, (s, h) in enumerate(seqs)])
+    finally:
+        engine.dispose()
+    assert _summary(run_copy(source.db_url, pg_url, "--json"))["verified"]
+    rows = _assert_same_rows(source.db_url, pg_url)
+    assert len(rows["memory_vectors"]) == 3
+    assert {r["key"]: r["value"] for r in rows["vector_settings"]} == {"dim": "8", "model": "tiny-embedder"}
+    target = create_store_engine(pg_url)
+    try:
+        with target.connect() as conn:
+            assert conn.exec_driver_sql("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                                        "WHERE attrelid = 'memory_vectors'::regclass "
+                                        "AND attname = 'vector'").scalar() == "vector(8)"
+    finally:
+        target.dispose()
