@@ -79,6 +79,8 @@ def test_a_daemon_on_the_copy_finds_each_scopes_memories_in_every_mode(source_st
                 result = daemon.search(PROBE.format(scope=scope), mode=mode, k=5, **owner_params(scope))
                 assert result["mode_used"] == mode, result["notices"]
                 assert ids[f"{scope}_probe"] in {r["id"] for r in result["results"]}, (scope, mode)
+        # The vectors came with the copy: the target's embed pass had nothing to do.
+        assert daemon.status()["passes"]["embed"]["processed_total"] == 0
         # The target's sequences hand out fresh ids: a write lands after the copied rows.
         new_id = daemon.write("a memory written on the copy: zanzibar", agent_id="a1")
         assert new_id not in ids.values()
@@ -185,3 +187,32 @@ def test_the_target_adopts_the_sources_vector_dimension(pg_url: str, short_tmp: 
                                         "AND attname = 'vector'").scalar() == "vector(8)"
     finally:
         target.dispose()
+
+
+def test_a_resume_from_a_source_changed_since_is_refused(pg_url: str, short_tmp: Path) -> None:
+    source = SearchDaemon(short_tmp, "moving", "none").start()
+    for n in range(6):
+        source.write(f"note {n} written before the copy", agent_id="a1")
+    stop_cleanly(source)
+    killed = run_copy(source.db_url, pg_url, "--batch-size", "2",
+                      env={"MEMORYD_TEST_STORE_COPY_KILL_AFTER_BATCHES": "2"})
+    assert killed.returncode == -9
+    source.start()
+    source.write("a note written between the two runs", agent_id="a1")
+    stop_cleanly(source)
+    proc = run_copy(source.db_url, pg_url, "--batch-size", "2")
+    assert proc.returncode == 2
+    assert "the source changed since this copy" in proc.stderr and "recreate the target" in proc.stderr
+
+
+def test_a_second_copy_into_the_same_postgres_target_is_refused(source_store: dict[str, Any],
+                                                                pg_url: str) -> None:
+    import psycopg
+
+    from memoryd.store.copy_guard import COPY_LOCK
+
+    with psycopg.connect(pg_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as held:
+        held.execute(f"SELECT pg_advisory_lock({COPY_LOCK})")  # what a running copy holds
+        proc = run_copy(source_store["url"], pg_url)
+    assert proc.returncode == 2 and "another `memoryd store copy` is writing" in proc.stderr
+    assert _summary(run_copy(source_store["url"], pg_url, "--json"))["verified"]  # positive control
