@@ -157,6 +157,9 @@ def test_usage_errors_exit_2(source_store: dict[str, Any], short_tmp: Path) -> N
     missing = run_copy(f"sqlite:///{short_tmp / 'nope.db'}", f"sqlite:///{short_tmp / 'x.db'}")
     assert missing.returncode == 2 and "there is no SQLite store" in missing.stderr
     assert not (short_tmp / "nope.db").exists() and not (short_tmp / "x.db").exists()
+    bad_batch = run_copy(source_store["url"], f"sqlite:///{short_tmp / 'x.db'}", "--batch-size", "0")
+    assert bad_batch.returncode == 2 and "--batch-size" in bad_batch.stderr
+    assert not (short_tmp / "x.db").exists()
 
 
 def test_the_target_adopts_the_sources_vector_dimension(pg_url: str, short_tmp: Path) -> None:
