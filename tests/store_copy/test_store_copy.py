@@ -20,7 +20,9 @@ from memoryd.store.schema import memories, meta
 from tests.search._daemon import SearchDaemon, stop_cleanly
 from tests.store_copy.conftest import OWNERS, PROBE, owner_params, run_copy, table_rows
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+#: Every test runs on the session's embedded PostgreSQL; the ones on the seeded store (a daemon
+#: with the bundled embedder builds it) are slow.
+pytestmark = pytest.mark.postgres
 
 MODES = ("lexical", "vector", "hybrid")
 
@@ -37,6 +39,7 @@ def _assert_same_rows(source_url: str, target_url: str) -> dict[str, list[dict[s
     return want
 
 
+@pytest.mark.slow
 def test_copy_to_postgres_keeps_every_row_and_a_verifying_chain(source_store: dict[str, Any],
                                                                pg_url: str) -> None:
     proc = run_copy(source_store["url"], pg_url, "--json", "--batch-size", "7")
@@ -67,6 +70,7 @@ def test_copy_to_postgres_keeps_every_row_and_a_verifying_chain(source_store: di
         engine.dispose()
 
 
+@pytest.mark.slow
 def test_a_daemon_on_the_copy_finds_each_scopes_memories_in_every_mode(source_store: dict[str, Any],
                                                                        pg_url: str, short_tmp: Path) -> None:
     _summary(run_copy(source_store["url"], pg_url, "--json"))
@@ -90,6 +94,7 @@ def test_a_daemon_on_the_copy_finds_each_scopes_memories_in_every_mode(source_st
         daemon.stop()
 
 
+@pytest.mark.slow
 def test_a_killed_copy_resumes_to_equal_rows_and_no_duplicates(source_store: dict[str, Any],
                                                                pg_url: str) -> None:
     killed = run_copy(source_store["url"], pg_url, "--batch-size", "3",
@@ -114,6 +119,7 @@ def test_a_killed_copy_resumes_to_equal_rows_and_no_duplicates(source_store: dic
     assert sum(t["copied"] for t in again["tables"].values()) == 0
 
 
+@pytest.mark.slow
 def test_a_target_holding_another_store_is_refused_and_left_alone(source_store: dict[str, Any], pg_url: str,
                                                                   short_tmp: Path) -> None:
     other = SearchDaemon(short_tmp, "other", "none", db_url=pg_url).start()
@@ -130,6 +136,7 @@ def test_a_target_holding_another_store_is_refused_and_left_alone(source_store: 
         engine.dispose()
 
 
+@pytest.mark.slow
 def test_a_source_whose_daemon_holds_the_data_dir_is_refused(source_store: dict[str, Any],
                                                              pg_url: str) -> None:
     lock = DataDirLock(Path(source_store["dir"]))
@@ -143,6 +150,7 @@ def test_a_source_whose_daemon_holds_the_data_dir_is_refused(source_store: dict[
     assert _summary(run_copy(source_store["url"], pg_url, "--json"))["verified"]  # positive control
 
 
+@pytest.mark.slow
 def test_postgres_copied_back_to_sqlite_equals_the_original(source_store: dict[str, Any], pg_url: str,
                                                             short_tmp: Path) -> None:
     _summary(run_copy(source_store["url"], pg_url, "--json"))
@@ -153,11 +161,12 @@ def test_postgres_copied_back_to_sqlite_equals_the_original(source_store: dict[s
     _assert_same_rows(source_store["url"], back)
 
 
-def test_usage_errors_exit_2(source_store: dict[str, Any], short_tmp: Path) -> None:
+def test_usage_errors_exit_2(short_tmp: Path) -> None:
     missing = run_copy(f"sqlite:///{short_tmp / 'nope.db'}", f"sqlite:///{short_tmp / 'x.db'}")
     assert missing.returncode == 2 and "there is no SQLite store" in missing.stderr
     assert not (short_tmp / "nope.db").exists() and not (short_tmp / "x.db").exists()
-    bad_batch = run_copy(source_store["url"], f"sqlite:///{short_tmp / 'x.db'}", "--batch-size", "0")
+    bad_batch = run_copy(f"sqlite:///{short_tmp / 'nope.db'}", f"sqlite:///{short_tmp / 'x.db'}",
+                         "--batch-size", "0")
     assert bad_batch.returncode == 2 and "--batch-size" in bad_batch.stderr
     assert not (short_tmp / "x.db").exists()
 
@@ -208,6 +217,7 @@ def test_a_resume_from_a_source_changed_since_is_refused(pg_url: str, short_tmp:
     assert "the source changed since this copy" in proc.stderr and "recreate the target" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_second_copy_into_the_same_postgres_target_is_refused(source_store: dict[str, Any],
                                                                 pg_url: str) -> None:
     import psycopg
