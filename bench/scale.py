@@ -1,128 +1,303 @@
-"""PostgreSQL write scaling (issue 13): writes/s and ack p99 through 1, 2 and 3 daemons sharing
-one database, beside a raw single-row ``INSERT … COMMIT`` loop on the same server.
+"""Several daemons on one PostgreSQL: writes, hybrid search and embed drain, each beside a raw baseline.
 
-Starts an embedded PostgreSQL 18 + pgvector 0.8 (tests/postgres.py). For each
-daemon count, a fresh database and that many ``memoryd run --embedder none``
-daemons on it (embed jobs just queue); C client threads (default 16, one
-process) spread over the daemons each send ``memory.write`` one after another.
-The raw baseline runs before and after the daemons: one connection, one
-memory-sized row per durable commit (``synchronous_commit = on``), the median
-of the two is the reference.
+All on one embedded PostgreSQL 18 + pgvector 0.8 server (tests/postgres.py), a
+fresh database per part:
 
-    PYTHONPATH=src .venv/bin/python bench/scale.py                 # 3,000 writes per phase
-    PYTHONPATH=src .venv/bin/python bench/scale.py --writes 600    # smoke run
+* **writes**: 1, 2 and 3 ``memoryd run`` daemons (``--embedder none``) on one
+  database; CLIENTS client threads spread over them, each sending
+  ``memory.write`` one at a time for WINDOW seconds: writes/s and the latency
+  p50/p99 a client sees. Baseline: the same number of threads, each running a
+  raw single-row ``INSERT … ; COMMIT`` loop (psycopg, autocommit) into a
+  one-table database on the same server.
+* **hybrid search**: N memories written by a daemon (``memory.write_many``),
+  each given a random 384-d unit vector with the HNSW index built after the
+  load; a daemon with the bundled embedder answers ``memory.search`` (hybrid)
+  for QUERIES questions: p50/p99 end to end (the query's embedding included).
+  Baseline: the two legs as raw SQL on the same database (a ``tsvector``
+  ``@@ plainto_tsquery`` ranked by ``ts_rank_cd``, and a pgvector ``<=>``
+  ORDER BY … LIMIT, both with the reader's scope filter), per query.
+* **embed drain**: M memories written with the embedder off, then 1 or 2
+  daemons with the bundled embedder drain the backlog: seconds until no embed
+  job is open.
 
-Not measured here yet: hybrid search p50 at 100k memories against raw tsvector +
-pgvector queries, and embed drain with 1 and 2 model-running daemons.
+The machine has 2 shared cores: a second or third daemon competes with the
+first for them, so these figures show overheads, not how a cluster of
+machines scales.
+
+    PYTHONPATH=src .venv/bin/python bench/scale.py            # N = 100,000
+    PYTHONPATH=src .venv/bin/python bench/scale.py --quick    # shorter windows, N = 10,000
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import shutil
-import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.harness import DaemonHandle, hermetic_env
 from tests.postgres import PgServer, start_server, stop_server
 
-TEXT = "The staging deploy waits for the smoke tests; rotate the API token monthly. note {i} of client {c}"
+from _harness import Daemon, banner, dev_notes, latency_summary, parser, print_table, save, workdir
+
+CLIENTS = 6
+DIM = 384
 
 
-def _p(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+def _daemon(root: Path, label: str, url: str, embedder: str = "none") -> Daemon:
+    home = root / label
+    home.mkdir()
+    d = Daemon(home, embedder=embedder, label=label,
+               config={"db_url": url, "governor_enabled": False, "model_idle_s": 3600.0})
+    d.start()
+    return d
 
 
-def raw_loop(server: PgServer, n: int) -> dict[str, float]:
-    """Single-row durable commits of memory-sized rows on one connection."""
+def _write_loop(daemons: list[Daemon], window_s: float) -> tuple[int, list[float]]:
+    lat: list[list[float]] = [[] for _ in range(CLIENTS)]
+    stop_at = time.monotonic() + window_s
+
+    def client(i: int) -> None:
+        with daemons[i % len(daemons)].client() as c:
+            n = 0
+            while time.monotonic() < stop_at:
+                t0 = time.perf_counter()
+                c.call("memory.write", {"content": f"client {i} note {n} on the shared store",
+                                        "agent_id": f"agent{i}", "kind": "fact"})
+                lat[i].append(time.perf_counter() - t0)
+                n += 1
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    flat = [x for part in lat for x in part]
+    return len(flat), flat
+
+
+def _raw_insert_loop(server: PgServer, window_s: float) -> tuple[int, list[float]]:
     import psycopg
 
-    with server.database("raw") as url, psycopg.connect(url.replace("+psycopg", "")) as conn:
-        settings = conn.execute(
-            "SELECT current_setting('fsync'), current_setting('synchronous_commit')").fetchone() or ("?", "?")
-        print(f"server: fsync={settings[0]}, synchronous_commit={settings[1]}")
-        conn.execute("CREATE TABLE raw_writes (id bigserial PRIMARY KEY, content text NOT NULL)")
-        conn.commit()
-        lat = []
-        started = time.perf_counter()
-        for i in range(n):
-            t = time.perf_counter()
-            conn.execute("INSERT INTO raw_writes (content) VALUES (%s)", (TEXT.format(i=i, c=0),))
-            conn.commit()
-            lat.append((time.perf_counter() - t) * 1000)
-        wall = time.perf_counter() - started
-    return {"writes_s": n / wall, "p50_ms": _p(lat, 0.5), "p99_ms": _p(lat, 0.99)}
+    lat: list[list[float]] = [[] for _ in range(CLIENTS)]
+    with server.database("raw") as url:
+        dsn = url.replace("postgresql+psycopg://", "postgresql://")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE notes (id bigserial PRIMARY KEY, owner text NOT NULL, "
+                         "content text NOT NULL, at double precision NOT NULL)")
+        stop_at = time.monotonic() + window_s
 
+        def client(i: int) -> None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                n = 0
+                while time.monotonic() < stop_at:
+                    t0 = time.perf_counter()
+                    conn.execute("INSERT INTO notes (owner, content, at) VALUES (%s, %s, %s)",
+                                 (f"agent{i}", f"client {i} note {n}", time.time()))
+                    lat[i].append(time.perf_counter() - t0)
+                    n += 1
 
-def daemons_phase(server: PgServer, root: Path, n_daemons: int, clients: int, n: int) -> dict[str, float]:
-    with server.database("scale") as url:
-        handles = []
-        for d in range(n_daemons):
-            home = root / f"p{n_daemons}d{d}"
-            home.mkdir(mode=0o700)
-            h = DaemonHandle(name=home.name, home=home, data_dir=home / "data", socket=home / "s" / "m.sock",
-                             env=hermetic_env(home), db_url=url)
-            handles.append(h.start())
-        per_client = n // clients
-        lat: list[float] = []
-        lock = threading.Lock()
-
-        def client(c: int) -> None:
-            mine = []
-            with handles[c % n_daemons].client(timeout_s=120) as conn:
-                for i in range(per_client):
-                    t = time.perf_counter()
-                    conn.call("memory.write", {"content": TEXT.format(i=i, c=c), "agent_id": "bench"})
-                    mine.append((time.perf_counter() - t) * 1000)
-            with lock:
-                lat.extend(mine)
-
-        threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
-        started = time.perf_counter()
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        wall = time.perf_counter() - started
-        for h in handles:
-            h.close_clients()
-            h.stop()
-    return {"writes_s": len(lat) / wall, "p50_ms": _p(lat, 0.5), "p99_ms": _p(lat, 0.99)}
+    flat = [x for part in lat for x in part]
+    return len(flat), flat
+
+
+def part_writes(root: Path, server: PgServer, window_s: float) -> list[dict[str, Any]]:
+    rows = []
+    n, lat = _raw_insert_loop(server, window_s)
+    rows.append({"what": f"raw INSERT…COMMIT, {CLIENTS} threads", "daemons": 0, "writes": n,
+                 "per_s": n / window_s, **latency_summary(lat)})
+    for count in (1, 2, 3):
+        with server.database("w") as url:
+            daemons = [_daemon(root, f"w{count}-{i}", url) for i in range(count)]
+            try:
+                n, lat = _write_loop(daemons, window_s)
+            finally:
+                for d in daemons:
+                    d.stop()
+        rows.append({"what": f"memory.write, {CLIENTS} clients", "daemons": count, "writes": n,
+                     "per_s": n / window_s, **latency_summary(lat)})
+    print_table(f"writes ({window_s:.0f} s windows)",
+                ["what", "daemons", "writes", "writes/s", "p50 ms", "p99 ms"],
+                [[r["what"], r["daemons"], r["writes"], r["per_s"], r["p50_ms"], r["p99_ms"]] for r in rows])
+    return rows
+
+
+def _load_vectors(url: str, rng: np.random.Generator) -> float:
+    from sqlalchemy import text
+
+    from memoryd.store.engine import create_store_engine
+    from memoryd.store.postgres import vectors as pgv
+    from memoryd.store.postgres.vector_type import to_pg_text
+
+    engine = create_store_engine(url)
+    t0 = time.perf_counter()
+    try:
+        with engine.begin() as conn:
+            pgv.drop_index(conn)
+            seqs = conn.execute(text("SELECT seq, content_hash FROM memories ORDER BY seq")).all()
+        for start in range(0, len(seqs), 2000):
+            chunk = seqs[start:start + 2000]
+            vecs = rng.standard_normal((len(chunk), DIM)).astype(np.float32)
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+            with engine.begin() as conn:
+                conn.execute(text("INSERT INTO memory_vectors (memory_seq, model, dim, vector, content_hash, "
+                                  "embedded_at) VALUES (:s, 'all-MiniLM-L6-v2', 384, CAST(:v AS vector), :h, "
+                                  "'2026-01-01T00:00:00.000000Z')"),
+                             [{"s": s, "h": h, "v": to_pg_text(v.astype('<f4').tobytes())}
+                              for (s, h), v in zip(chunk, vecs, strict=True)])
+        with engine.begin() as conn:
+            pgv.create_index(conn)
+            conn.execute(text("ANALYZE"))
+    finally:
+        engine.dispose()
+    return time.perf_counter() - t0
+
+
+def _raw_search(url: str, queries: list[str], rng: np.random.Generator) -> dict[str, list[float]]:
+    """Per query: the lexical leg, the vector leg, and both, as raw SQL with the reader's filter."""
+    import psycopg
+
+    from memoryd.store.postgres.vector_type import to_pg_text
+
+    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    lat: dict[str, list[float]] = {"lexical": [], "vector": [], "both": []}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        for q in queries:
+            vec = rng.standard_normal(DIM).astype(np.float32)
+            vec /= np.linalg.norm(vec)
+            t0 = time.perf_counter()
+            conn.execute("SELECT seq, ts_rank_cd(content_tsv, plainto_tsquery('english', %s)) AS r "
+                         "FROM memories WHERE content_tsv @@ plainto_tsquery('english', %s) "
+                         "AND scope = 'agent' AND owner = 'agent1' AND status = 'active' "
+                         "ORDER BY r DESC LIMIT 50", (q, q)).fetchall()
+            t1 = time.perf_counter()
+            conn.execute("SELECT v.memory_seq FROM memory_vectors v JOIN memories m ON m.seq = v.memory_seq "
+                         "WHERE m.scope = 'agent' AND m.owner = 'agent1' AND m.status = 'active' "
+                         "ORDER BY v.vector <=> %s::vector LIMIT 50",
+                         (to_pg_text(vec.astype('<f4').tobytes()),)).fetchall()
+            t2 = time.perf_counter()
+            lat["lexical"].append(t1 - t0)
+            lat["vector"].append(t2 - t1)
+            lat["both"].append(t2 - t0)
+    return lat
+
+
+def part_search(root: Path, server: PgServer, n: int, n_queries: int) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(1)
+    with server.database("s") as url:
+        writer = _daemon(root, "s-writer", url)
+        notes = dev_notes(n)
+        t0 = time.perf_counter()
+        with writer.client() as c:
+            for start in range(0, n, 1000):
+                c.call("memory.write_many", {"items": [
+                    {"content": text, "kind": "fact", "agent_id": f"agent{(start + j) % 10}"}
+                    for j, text in enumerate(notes[start:start + 1000])]})
+        wrote_s = time.perf_counter() - t0
+        writer.stop()
+        vec_s = _load_vectors(url, rng)
+        print(f"search store: {n} memories written in {wrote_s:.1f} s, vectors + HNSW build {vec_s:.1f} s")
+        queries = [" ".join(note.split()[:6]) for note in dev_notes(n_queries, seed=99)]
+        reader = _daemon(root, "s-reader", url, embedder="bundled")
+        try:
+            with reader.client() as c:
+                c.call("memory.search", {"query": "warm up", "agent_id": "agent1", "mode": "hybrid"})
+                lat = []
+                for q in queries:
+                    t0 = time.perf_counter()
+                    c.call("memory.search", {"query": q, "agent_id": "agent1", "mode": "hybrid", "k": 10})
+                    lat.append(time.perf_counter() - t0)
+        finally:
+            reader.stop()
+        raw = _raw_search(url, queries, rng)
+    rows = [{"what": "raw tsvector leg (plainto_tsquery, AND)", **latency_summary(raw["lexical"])},
+            {"what": "raw pgvector leg (iterative HNSW)", **latency_summary(raw["vector"])},
+            {"what": "raw tsvector + pgvector SQL (no embedding)", **latency_summary(raw["both"])},
+            {"what": "memory.search hybrid (query embedded)", **latency_summary(lat)}]
+    print_table(f"hybrid search at {n} memories, reader sees {n // 10}",
+                ["what", "queries", "p50 ms", "p99 ms"],
+                [[r["what"], r["n"], r["p50_ms"], r["p99_ms"]] for r in rows])
+    return rows
+
+
+def _open_embed_jobs(url: str) -> int:
+    from sqlalchemy import text
+
+    from memoryd.store.engine import create_store_engine
+
+    engine = create_store_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text("SELECT count(*) FROM jobs WHERE pass = 'embed' "
+                                         "AND state IN ('ready', 'leased')")).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def part_drain(root: Path, server: PgServer, m: int) -> list[dict[str, Any]]:
+    rows = []
+    for count in (1, 2):
+        with server.database("e") as url:
+            writer = _daemon(root, f"e{count}-writer", url)
+            with writer.client() as c:
+                c.call("memory.write_many", {"items": [{"content": t, "kind": "fact", "agent_id": "a1"}
+                                                       for t in dev_notes(m, seed=count)]})
+            writer.stop()
+            backlog = _open_embed_jobs(url)
+            t0 = time.perf_counter()
+            daemons = [_daemon(root, f"e{count}-{i}", url, embedder="bundled") for i in range(count)]
+            try:
+                while _open_embed_jobs(url):
+                    time.sleep(0.25)
+                    if time.perf_counter() - t0 > 900:
+                        raise SystemExit("the embed backlog did not drain in 900 s")
+                took = time.perf_counter() - t0
+            finally:
+                for d in daemons:
+                    d.stop()
+        rows.append({"daemons": count, "backlog": backlog, "seconds": took, "per_s": backlog / took})
+    print_table(f"embed drain of {m} memories (bundled embedder, from daemon start)",
+                ["daemons", "jobs", "seconds", "embeds/s"],
+                [[r["daemons"], r["backlog"], r["seconds"], r["per_s"]] for r in rows])
+    return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--writes", type=int, default=3000)
-    parser.add_argument("--clients", type=int, default=16)
-    args = parser.parse_args()
-    server = start_server()
-    root = Path(tempfile.mkdtemp(prefix="mdsc-", dir="/tmp"))
-    try:
-        before = raw_loop(server, args.writes)
-        phases: dict[int, dict[str, float]] = {}
-        for n_daemons in (1, 2, 3):
-            phases[n_daemons] = daemons_phase(server, root, n_daemons, args.clients, args.writes)
-        after = raw_loop(server, args.writes)
-        raw: dict[str, Any] = {k: statistics.median([before[k], after[k]]) for k in before}
-        print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-        print(f"raw INSERT … COMMIT loop: {raw['writes_s']:.0f} writes/s, p50 {raw['p50_ms']:.2f} ms, "
-              f"p99 {raw['p99_ms']:.2f} ms (before {before['writes_s']:.0f}, after {after['writes_s']:.0f})")
-        for n_daemons, r in phases.items():
-            print(f"{n_daemons} daemon(s), {args.clients} clients: {r['writes_s']:.0f} writes/s "
-                  f"(x{r['writes_s'] / raw['writes_s']:.2f} of raw), ack p50 {r['p50_ms']:.2f} ms, "
-                  f"p99 {r['p99_ms']:.2f} ms")
-    finally:
-        stop_server(server)
-        shutil.rmtree(root, ignore_errors=True)
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=None,
+                   help="memories for the search part (100,000; --quick 10,000)")
+    p.add_argument("--window", type=float, default=None, help="seconds per write measurement (10; --quick 4)")
+    p.add_argument("--drain", type=int, default=None, help="memories for the embed drain (600; --quick 200)")
+    p.add_argument("--parts", default="writes,search,drain")
+    args = p.parse_args()
+    n = args.n or (10_000 if args.quick else 100_000)
+    window = args.window or (4.0 if args.quick else 10.0)
+    drain = args.drain or (200 if args.quick else 600)
+    parts = set(args.parts.split(","))
+    banner("scale", "several daemons on one PostgreSQL, each figure beside a raw baseline", args.quick)
+    out: dict[str, Any] = {"clients": CLIENTS, "window_s": window}
+    with workdir("scale", args.keep) as root:
+        server = start_server()
+        try:
+            if "writes" in parts:
+                out["writes"] = part_writes(root, server, window)
+            if "search" in parts:
+                out["search"] = {"n": n, "rows": part_search(root, server, n, 60 if args.quick else 100)}
+            if "drain" in parts:
+                out["drain"] = {"m": drain, "rows": part_drain(root, server, drain)}
+        finally:
+            stop_server(server)
+    save("scale", out, args.quick)
 
 
 if __name__ == "__main__":

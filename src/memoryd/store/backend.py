@@ -105,6 +105,14 @@ class Backend(ABC):
     def rebuild_vector_index(self, conn: Connection, dim: int) -> None:
         """Drop every vector and make the index hold ``dim``-dimensional ones."""
 
+    def defer_vector_index(self, conn: Connection) -> None:  # noqa: B027 - optional hook
+        """Drop the vector index ahead of a bulk load (store copy), for
+        :meth:`build_vector_index` to build once at the end (SQLite's vec0 table is
+        the index itself: nothing to defer)."""
+
+    def build_vector_index(self, conn: Connection) -> None:  # noqa: B027 - optional hook
+        """Build the vector index :meth:`defer_vector_index` dropped (a no-op when it exists)."""
+
     # -- the server -----------------------------------------------------------------------------
     def check_server(self, engine: Engine) -> None:  # noqa: B027 - optional hook
         """Refuse, before any migration, a server memoryd cannot run on (raise ConfigError)."""

@@ -68,6 +68,12 @@ class PostgresBackend(Backend):
     def rebuild_vector_index(self, conn: Connection, dim: int) -> None:
         vectors.rebuild_index(conn, dim)
 
+    def defer_vector_index(self, conn: Connection) -> None:
+        vectors.drop_index(conn)
+
+    def build_vector_index(self, conn: Connection) -> None:
+        vectors.create_index(conn)
+
     def check_server(self, engine: Engine) -> None:
         server.check(engine)
 
