@@ -260,9 +260,15 @@ class Daemon:
 
     def _announce(self, state: str = "running") -> None:
         assert self.engine is not None
-        with self.engine.begin() as conn:
-            cluster.announce(conn, node_id(self.data_dir), started_at=self.started_at, now=time.time(),
-                             state=state)
+        with self.engine.connect() as conn:
+            if state == "stopped" and is_sqlite(self.engine):
+                # At shutdown a store locked by another process may not hold the exit up
+                # (set on the driver's connection before BEGIN, which waits for the lock).
+                raw: Any = conn.connection.dbapi_connection
+                raw.execute("PRAGMA busy_timeout = 1000")
+            with conn.begin():
+                cluster.announce(conn, node_id(self.data_dir), started_at=self.started_at,
+                                 now=time.time(), state=state)
 
     def _prune(self) -> None:
         assert self.engine is not None

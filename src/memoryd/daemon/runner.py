@@ -285,7 +285,8 @@ class PassRunner:
                 return
             except OperationalError as exc:
                 log.warning("runner.store_busy", attempt=attempt + 1, error=str(exc.orig))
-                self._stopping.wait(1.0 + attempt)
+                if self._stopping.wait(1.0 + attempt):
+                    return  # shutting down: the leases expire and the jobs are claimed again
 
     def _fail_jobs(self, failed: list[tuple[Job, BaseException]]) -> None:
         cfg = self.ctx.config
