@@ -125,7 +125,10 @@ def test_llm_url_with_nothing_listening_leaves_its_passes_waiting_and_status_say
     assert (code, status["health"]) == (0, "healthy")  # not tried yet: nothing has needed it
     memory_id = daemon.write("The staging database is Postgres 15 on db1:5432")["id"]
 
-    status = wait_until(lambda: (s := status_of(daemon))["passes"]["extract"]["state"] == "paused" and s,
+    # The models' fields are read before the passes' in one status call: the snapshot in which the
+    # pass first reads paused can predate the load error by the time between the two reads.
+    status = wait_until(lambda: (s := status_of(daemon))["passes"]["extract"]["state"] == "paused"
+                        and s["models"]["llm"]["error"] is not None and s,
                         timeout_s=60, message="the extract pass to find the LLM away")
     reason = status["passes"]["extract"]["reason"]
     assert reason.startswith("LLM failed to load: ") and f"the LLM server at {url} does not answer" in reason
