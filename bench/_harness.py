@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from memoryd.service.client import NotRunning
+
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
 SOCKET_NAME = "memoryd.sock"
@@ -133,8 +135,8 @@ class Daemon:
                 try:
                     self.call("daemon.ping")
                     break
-                except (OSError, ConnectionError):
-                    pass
+                except (OSError, ConnectionError, NotRunning):
+                    pass  # the socket file appears at bind, a moment before listen
             if time.perf_counter() > deadline:
                 self.kill()
                 raise SystemExit(f"{self.label} did not answer within {timeout_s} s; see {self.log_path}")

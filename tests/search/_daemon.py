@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from memoryd.service.client import Client
+from memoryd.service.client import Client, NotRunning
 
 EMBED_TIMEOUT_S = 900.0
 #: Search tests are about search, not about yielding the CPU: the governor would
@@ -73,7 +73,8 @@ class SearchDaemon:
                 try:
                     self.call("daemon.ping")
                     return self
-                except (OSError, ConnectionError):
+                except (OSError, ConnectionError, NotRunning):
+                    # The socket file appears at bind, a moment before listen: refused until then.
                     self._drop_client()
             if time.monotonic() > deadline:
                 self.proc.kill()
