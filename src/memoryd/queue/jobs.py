@@ -149,26 +149,19 @@ def complete_many(conn: Connection, batch: Sequence[Job], *, now: float) -> set[
     The jobs not returned were no longer leased by us (stale): the caller
     writes nothing for them, as it would on :func:`complete`'s StaleLease.
     """
-    held: set[int] = set()
-    by_lease: dict[tuple[str, str], list[int]] = {}
-    for job in batch:
-        by_lease.setdefault((job.lease_owner, job.lease_token), []).append(job.id)
-    for (owner, token), ids in by_lease.items():
-        rows = conn.execute(
-            update(jobs)
-            .where(jobs.c.id.in_(ids), jobs.c.state == "leased", jobs.c.lease_owner == owner,
-                   jobs.c.lease_token == token)
-            .values(state="done", finished_at=now, updated_at=now, lease_owner=None,
-                    lease_token=None, lease_until=None, last_error=None)
-            .returning(jobs.c.id)
-        )
-        held.update(int(r[0]) for r in rows)
-    return held
+    return _update_held(conn, batch, state="done", finished_at=now, updated_at=now, lease_owner=None,
+                        lease_token=None, lease_until=None, last_error=None)
 
 
 def renew(conn: Connection, batch: Sequence[Job], *, now: float, lease_s: float) -> set[int]:
     """Extend the leases this worker still holds on ``batch`` to ``now + lease_s``; return the
     ids renewed (a job missing from it was lost: reclaimed after its lease expired)."""
+    return _update_held(conn, batch, lease_until=now + lease_s, updated_at=now)
+
+
+def _update_held(conn: Connection, batch: Sequence[Job], **values: Any) -> set[int]:
+    """Set ``values`` on the jobs of ``batch`` still leased under the lease they were claimed
+    with (one statement per lease); return the ids updated."""
     held: set[int] = set()
     by_lease: dict[tuple[str, str], list[int]] = {}
     for job in batch:
@@ -178,7 +171,7 @@ def renew(conn: Connection, batch: Sequence[Job], *, now: float, lease_s: float)
             update(jobs)
             .where(jobs.c.id.in_(ids), jobs.c.state == "leased", jobs.c.lease_owner == owner,
                    jobs.c.lease_token == token)
-            .values(lease_until=now + lease_s, updated_at=now)
+            .values(**values)
             .returning(jobs.c.id)
         )
         held.update(int(r[0]) for r in rows)
