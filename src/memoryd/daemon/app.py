@@ -74,6 +74,8 @@ class Daemon:
         self.started_at = time.time()
         self.lock = DataDirLock(self.data_dir)
         self.engine: Engine | None = None
+        #: This data directory's worker identity (lease owner, cluster row), read when the store opens.
+        self.node = ""
         self.runner: PassRunner | None = None
         self.scheduler: BackgroundScheduler | None = None
         self.worker = ModelWorker(
@@ -118,7 +120,7 @@ class Daemon:
         vectors.check_dimension(engine, model_dimension(self.cfg.embedder), spec_name(self.cfg.embedder),
                                 self.cfg.embedder)
         vectors.reclaim_space(engine)
-        owner = node_id(self.data_dir)
+        self.node = owner = node_id(self.data_dir)
         with engine.begin() as conn:
             released = jobq.release_owner(conn, owner, now=time.time())
         log.info("store.opened", url=status_mod.db_info(engine)["url"], revision=revision,
@@ -136,7 +138,7 @@ class Daemon:
         ctx = PassContext(engine=engine, config=self.cfg, embedder=self.embedder, now=time.time,
                           llm=self.llm)
         self.governor = Governor(HostProbe(), Thresholds.from_config(self.cfg))
-        self.runner = runner = PassRunner(self.passes, ctx, owner=node_id(self.data_dir),
+        self.runner = runner = PassRunner(self.passes, ctx, owner=self.node,
                                           governor=self.governor)
         runner.start()
         # PostgreSQL: another daemon's enqueue wakes this runner (LISTEN/NOTIFY).
@@ -267,7 +269,7 @@ class Daemon:
                 raw: Any = conn.connection.dbapi_connection
                 raw.execute("PRAGMA busy_timeout = 1000")
             with conn.begin():
-                cluster.announce(conn, node_id(self.data_dir), started_at=self.started_at,
+                cluster.announce(conn, self.node, started_at=self.started_at,
                                  now=time.time(), state=state)
 
     def _prune(self) -> None:
