@@ -619,6 +619,16 @@ class StoreProbe:
             changed.append(f"audit head: {before[1]} -> {after[1]}")
         return "; ".join(changed)
 
+    def erased_with(self, forgotten_ids: Iterable[str]) -> set[str]:
+        """Ids that forgets of ``forgotten_ids`` took with them: a forget by id erases the row's
+        copies too (the same text under the same owner), which the request records."""
+        wanted = set(forgotten_ids)
+        taken: set[str] = set()
+        for subject, memory_ids in self.conn.execute("SELECT subject, memory_ids FROM forget_requests"):
+            if json.loads(subject).get("id") in wanted:
+                taken.update(json.loads(memory_ids))
+        return taken
+
     def settle(self, active_passes: Iterable[str] = (), timeout_s: float = 30.0) -> tuple[Any, ...]:
         """Wait until work a success queued has run, and return the store's snapshot.
 
@@ -916,15 +926,17 @@ class HostileRun:
             self.tally.pings += 1
 
     def lost_rows(self) -> list[str]:
-        """Acknowledged ids no longer readable, unless a successful forget named them."""
+        """Acknowledged ids no longer readable, unless a successful forget named them (or named
+        a copy of their text, which a forget by id takes with it)."""
         self.probe.settle(self.active_passes)
         statuses = self.probe.statuses(self.acked)
+        copies = self.probe.erased_with(self.forgotten_ids)
         lost = []
         for mid, owners in self.acked.items():
             status = statuses.get(mid)
             if status not in (None, "forgotten", "deleting"):
                 continue
-            excused = mid in self.forgotten_ids or any(
+            excused = mid in self.forgotten_ids or mid in copies or any(
                 (f, v) in self.forgotten_subjects for f, v in owners.items())
             if not excused:
                 lost.append(f"{mid} ({status or 'absent'})")
