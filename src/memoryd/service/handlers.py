@@ -168,7 +168,11 @@ class Dispatcher:
             # The query's embedding and the vector leg run on another thread and connection
             # while this one runs the lexical leg (SQLite releases the GIL as it searches).
             pending = self.vector_side.submit(self._vector_leg, req, now)
-            query_vec = pending.result
+
+            def query_vec() -> search.VectorLeg:
+                # A leg no thread has picked up yet (the other core was busy, or this is a
+                # vector-only search) runs here: waiting for a thread to wake costs more.
+                return self._vector_leg(req, now) if pending.cancel() else pending.result()
 
         def reason() -> str:
             return self.embedder.query_unavailable_reason() or "the embedder is not ready"
