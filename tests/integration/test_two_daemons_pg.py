@@ -3,6 +3,7 @@ and each embed job is done once across the two (SKIP LOCKED claims, leases per d
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -154,5 +155,32 @@ def test_three_daemons_sixteen_clients_ten_thousand_writes_each_present_once_and
     assert states == {"done": len(ids)}
     processed = [_embed_stats(d)["processed_total"] for d in daemons]
     assert sum(processed) == len(ids), processed
+    # 10,000 writes' audit events from three daemons' writers form one chain.
+    chain = daemons[1].call("audit.verify", admin=True)
+    assert chain["ok"] and chain["first_break_seq"] is None, chain
+    assert chain["events"] >= len(ids)
     print(f"10,000 writes in {write_s:.1f} s; embed drain {drain_s:.1f} s; "  # noqa: T201 - shown with -s
           f"embedded per daemon {processed}")
+
+
+def test_three_daemons_run_each_decay_and_retention_period_once(
+        start_daemon: Callable[..., DaemonHandle], pg_url: str) -> None:
+    """Time-driven passes across a cluster: three daemons check the schedule every 0.2 s, the
+    periods are 2 s long, and each period's tick is enqueued and run once in all (never once per
+    daemon): consecutive ticks are at least one period apart, and every tick but the last ran."""
+    period, window = 2.0, 16.0
+    config = {**CONFIG, "tick_interval_s": 0.2, "decay_interval_s": period, "retention_interval_s": period}
+    daemons = [start_daemon(f"t{i}", embedder="none", db_url=pg_url, config=config) for i in range(3)]
+    time.sleep(window)
+    for d in daemons:
+        d.stop()
+    for name in ("decay", "retention"):
+        created = [float(t) for (t,) in daemons[0].query(
+            "SELECT created_at FROM jobs WHERE pass = ? AND target = 'tick' ORDER BY created_at", (name,))]
+        gaps = [b - a for a, b in itertools.pairwise(created)]
+        # One tick per period: ~window / period of them; once per daemon would be three times that.
+        assert window / period - 2 <= len(created) <= window / period + 2, (name, len(created))
+        assert min(gaps) >= period - 0.05, (name, gaps)
+        done = int(daemons[0].scalar(
+            "SELECT count(*) FROM jobs WHERE pass = ? AND target = 'tick' AND state = 'done'", (name,)))
+        assert done >= len(created) - 1, (name, done, len(created))
