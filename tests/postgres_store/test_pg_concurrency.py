@@ -5,6 +5,8 @@ embedder's dimension on a new store."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
@@ -62,3 +64,60 @@ def test_a_new_store_adopts_the_embedders_dimension_and_then_refuses_another(pg_
     assert column == "vector(768)"
     with pytest.raises(vectors.DimensionMismatch, match="768-dimensional"):
         vectors.check_dimension(pg_engine, 384, "all-MiniLM-L6-v2", "bundled")
+
+
+SAME_TIME = 6  # writers racing on one identity, three per engine
+
+
+def _race(engines: list[Engine], unit_for: Callable[[int], WriteUnit]) -> list[Any]:
+    """SAME_TIME threads, spread over ``engines``, each commit one unit at the same moment
+    (a barrier); return each one's outcome."""
+    barrier = threading.Barrier(SAME_TIME)
+    outcomes: list[Any] = [None] * SAME_TIME
+
+    def writer(i: int) -> None:
+        unit = unit_for(i)
+        barrier.wait(30)
+        outcomes[i] = commit_units(engines[i % len(engines)], [unit], CTX, NOW)[0]
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(SAME_TIME)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return outcomes
+
+
+def test_the_same_content_written_at_once_by_two_daemons_is_one_row_corroborated(pg_engine: Engine) -> None:
+    """Two daemons' pools each commit the same text for the same owner at the same moment: one
+    live row, corroborated by every other write, and every writer told its id."""
+    other = create_store_engine(str(pg_engine.url.render_as_string(hide_password=False)))
+    try:
+        outcomes = _race([pg_engine, other], lambda i: WriteUnit(
+            [build_memory("the staging deploy needs VPN", owner="racer")], actor=f"w{i}"))
+    finally:
+        other.dispose()
+    assert all(isinstance(o, list) for o in outcomes), outcomes
+    ids = {o[0]["id"] for o in outcomes}
+    with pg_engine.connect() as conn:
+        rows = conn.execute(text("SELECT id, corroboration FROM memories WHERE owner = 'racer'")).all()
+    assert len(rows) == 1, rows
+    assert ids == {rows[0].id}
+    assert rows[0].corroboration == SAME_TIME
+
+
+def test_one_idempotency_key_used_at_once_by_two_daemons_writes_once_and_answers_alike(
+        pg_engine: Engine) -> None:
+    """The same keyed write retried through two daemons at once: one row, one key, and every
+    attempt answered with the first one's result (none refused by the key's uniqueness)."""
+    other = create_store_engine(str(pg_engine.url.render_as_string(hide_password=False)))
+    try:
+        outcomes = _race([pg_engine, other], lambda i: WriteUnit(
+            [build_memory("retry me once", owner="keyed", idempotency_key="k-1")], actor=f"w{i}"))
+    finally:
+        other.dispose()
+    assert all(isinstance(o, list) for o in outcomes), outcomes
+    assert len({o[0]["id"] for o in outcomes}) == 1
+    with pg_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM memories WHERE owner = 'keyed'")).scalar_one() == 1
+        assert conn.execute(text("SELECT count(*) FROM idempotency_keys WHERE owner = 'keyed'")).scalar_one() == 1

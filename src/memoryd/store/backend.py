@@ -16,7 +16,7 @@ does its own way lives behind :class:`Backend`, one subclass per engine:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import ColumnElement, Connection, Engine, Select, Table
@@ -65,6 +65,11 @@ class Backend(ABC):
     def serialize_audit(self, conn: Connection) -> None:  # noqa: B027 - optional hook
         """Make this transaction the only one appending to the audit chain until it ends
         (SQLite's write lock already does)."""
+
+    def lock_identities(self, conn: Connection, names: Iterable[str]) -> None:  # noqa: B027 - optional hook
+        """Make this transaction the only one writing under each of ``names`` (a content
+        identity or an idempotency key) until it ends, so the duplicate and key checks see
+        every write committed before (SQLite's write lock already does)."""
 
     def lock_schema(self, conn: Connection) -> None:  # noqa: B027 - optional hook
         """Make this transaction the only one migrating the schema until it ends (daemons

@@ -21,6 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from memoryd.errors import MemorydError, StoreUnavailable
 from memoryd.passes import failures
+from memoryd.store.backend import backend_for
 from memoryd.store.groupwrite import is_plain, write_plain
 from memoryd.store.memories import NewMemory, WriteContext, record_access, write_memory
 
@@ -73,6 +74,7 @@ def commit_units(engine: Engine, units: Sequence[WriteUnit], ctx: WriteContext, 
     plain = [i for i, u in enumerate(units) if u.op is None and is_plain(u.items)]
     try:
         with engine.begin() as conn:
+            backend_for(conn).lock_identities(conn, _identities(units))
             taken: set[int] = set()
             if plain:
                 done = _plain_group(conn, [units[i] for i in plain], now, ctx)
@@ -90,6 +92,18 @@ def commit_units(engine: Engine, units: Sequence[WriteUnit], ctx: WriteContext, 
         log.error("store.write_failed", error=str(exc.orig), units=len(units))
         return [err for _ in units]
     return outcomes
+
+
+def _identities(units: Sequence[WriteUnit]) -> set[str]:
+    """What the units' writes are checked against: each item's content under its owner, and
+    its idempotency key."""
+    names = set()
+    for unit in units:
+        for item in unit.items:
+            names.add(f"content\0{item.scope}\0{item.owner}\0{item.hash}")
+            if item.idempotency_key is not None:
+                names.add(f"key\0{item.scope}\0{item.owner}\0{item.idempotency_key}")
+    return names
 
 
 def _plain_group(conn: Connection, units: Sequence[WriteUnit], now: datetime,

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ARRAY, BigInteger, ColumnElement, Connection, Engine, Select, Table, any_, bindparam
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Engine,
+    Select,
+    Table,
+    any_,
+    bindparam,
+    text,
+)
 from sqlalchemy.dialects import postgresql
 
 from memoryd.store.backend import Backend, Stoppable
@@ -19,6 +31,17 @@ if TYPE_CHECKING:
 #: pg_advisory_xact_lock keys (one namespace for memoryd: 0x6d656d6f = "memo").
 AUDIT_LOCK = 0x6D656D6F_0001
 SCHEMA_LOCK = 0x6D656D6F_0002
+
+#: Transaction locks on a set of 64-bit keys, taken in ascending order (the sorted subquery
+#: feeds the aggregate row by row).
+_LOCK_IDENTITIES = text(
+    "SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT unnest(:keys) AS k ORDER BY k) AS ordered"
+).bindparams(bindparam("keys", type_=ARRAY(BigInteger)))
+
+
+def identity_key(name: str) -> int:
+    """A write identity's advisory-lock key: 64 bits of its BLAKE2b digest, signed as bigint."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
 
 
 class PostgresBackend(Backend):
@@ -41,6 +64,14 @@ class PostgresBackend(Backend):
         # Daemons sharing the queue: a row another claimer has locked is skipped, not waited on
         # and never taken twice.
         return pick.with_for_update(skip_locked=True)
+
+    def lock_identities(self, conn: Connection, names: Iterable[str]) -> None:
+        # Two daemons writing one text (or one idempotency key) at once would each find no
+        # prior row and insert their own. Locks are taken in key order, in one statement,
+        # so two transactions locking overlapping sets cannot deadlock.
+        keys = sorted({identity_key(name) for name in names})
+        if keys:
+            conn.execute(_LOCK_IDENTITIES, {"keys": keys})
 
     def serialize_audit(self, conn: Connection) -> None:
         # Appends read the chain's head, then insert after it: one appender at a time, until commit.
