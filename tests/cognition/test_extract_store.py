@@ -166,3 +166,37 @@ def test_a_source_written_again_with_the_same_content_is_one_source(
                                         write_ctx)
     assert outcome == "cited"
     assert source_row(engine, fact_id).status == "candidate"
+
+
+class OneBadAnswerLLM(FixedLLM):
+    """Answers ANSWER, except for the prompt holding ``poison``: text outside the schema."""
+
+    def __init__(self, poison: str) -> None:
+        super().__init__(ANSWER)
+        self.poison = poison
+
+    def complete(self, prompt: str, **kw: Any) -> str:
+        self.calls += 1
+        return "I cannot answer that." if self.poison in prompt else self.answer
+
+
+def test_one_invalid_answer_fails_its_own_job_alone_and_its_neighbours_are_written(
+        engine: Engine, write_ctx: WriteContext, make_ctx: Callable[..., PassContext]) -> None:
+    sources = [SOURCE, "The nightly ETL job poisons the cache at 02:00.",
+               "Prod deploys run from bastion.prod."]
+    ids = [write(engine, write_ctx, text) for text in sources]
+    llm = OneBadAnswerLLM(poison="nightly ETL")
+    ctx = make_ctx(llm=llm)
+    with engine.begin() as conn:
+        for target in ids:
+            jobq.enqueue(conn, "extract", target, now=T0)
+        batch = jobq.claim(conn, "extract", owner="test", now=T0, lease_s=60, limit=10)
+    assert sorted(j.target for j in batch) == sorted(ids)
+    result = ExtractPass().run(batch, ctx)
+    # An answer that is not JSON: a ValueError (JSONDecodeError) charged to that job alone.
+    assert [(job.target, isinstance(exc, ValueError)) for job, exc in result.failed] == [(ids[1], True)]
+    assert llm.calls == 3
+    with engine.connect() as conn:
+        done = {row.memory_id for row in conn.execute(select(extractions.c.memory_id))}
+    # The two good answers were stored for their own sources; the bad one stored nothing.
+    assert done == {ids[0], ids[2]}
