@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -153,26 +153,30 @@ class Dispatcher:
 
     async def memory_search(self, params: dict[str, Any], peer: Peer) -> Any:
         req = validation.parse_search(params, self.cfg)
-        result = await self._read(self._search_sync, req)
+        now = utcnow()
+        # A hybrid search's vector leg (the query's embedding, then the KNN) starts on its own
+        # thread and connection now, beside the lexical leg's thread (SQLite releases the GIL
+        # as it searches); both threads are woken together.
+        ahead = self.vector_side.submit(self._vector_leg, req, now) if req.mode == "hybrid" else None
+        result = await self._read(self._search_sync, req, now, ahead)
         self.committer.note_access([r["id"] for r in result["results"]])
         return result
 
-    def _search_sync(self, req: search.SearchRequest) -> dict[str, Any]:
+    def _search_sync(self, req: search.SearchRequest, now: datetime,
+                     ahead: Future[search.VectorLeg] | None = None) -> dict[str, Any]:
         notices: list[str] = []
         missing = missing_key_notice(req.reader, req.scope)
         if missing:
             notices.append(missing)
-        now = utcnow()
         query_vec: search.VectorSource = None
         if req.mode != "lexical":
-            # The query's embedding and the vector leg run on another thread and connection
-            # while this one runs the lexical leg (SQLite releases the GIL as it searches).
-            pending = self.vector_side.submit(self._vector_leg, req, now)
 
             def query_vec() -> search.VectorLeg:
-                # A leg no thread has picked up yet (the other core was busy, or this is a
-                # vector-only search) runs here: waiting for a thread to wake costs more.
-                return self._vector_leg(req, now) if pending.cancel() else pending.result()
+                # A leg no thread has picked up yet (the other core was busy), and a
+                # vector-only search's, runs here: waiting for a thread to wake costs more.
+                if ahead is not None and not ahead.cancel():
+                    return ahead.result()
+                return self._vector_leg(req, now)
 
         def reason() -> str:
             return self.embedder.query_unavailable_reason() or "the embedder is not ready"
