@@ -64,14 +64,26 @@ def to_public(row: Any) -> dict[str, Any]:
 _ID_KEYS = ("old_id", "new_id", "relation")
 
 
+#: Memory ids per query when looking for the proposals that cite them.
+CITING_CHUNK = 200
+
+
 def citing(conn: Connection, memory_ids: Sequence[str]) -> list[Any]:
     """Every proposal (any status) whose rows include one of ``memory_ids``."""
     wanted = set(memory_ids)
     if not wanted:
         return []
     text_ids = cast(proposals.c.memory_ids, Text)
-    rows = conn.execute(select(proposals).where(or_(*[text_ids.contains(m) for m in wanted])))
-    return [r for r in rows if wanted & set(r.memory_ids)]
+    ordered = sorted(wanted)
+    found: dict[str, Any] = {}
+    # In chunks: one OR of a thousand terms is deeper than SQLite's expression limit (a forget
+    # by subject marks up to 5,000 rows at once).
+    for at in range(0, len(ordered), CITING_CHUNK):
+        chunk = ordered[at:at + CITING_CHUNK]
+        for r in conn.execute(select(proposals).where(or_(*[text_ids.contains(m) for m in chunk]))):
+            if wanted & set(r.memory_ids):
+                found.setdefault(r.id, r)
+    return list(found.values())
 
 
 def withdraw_citing(conn: Connection, memory_ids: Sequence[str], now: datetime) -> int:
