@@ -25,7 +25,7 @@ def test_citing_thousands_of_ids_finds_each_proposal_once(engine: Engine) -> Non
                                  payload={}, created_by="test", now=NOW)
         unrelated = proposals.propose(conn, kind="merge", memory_ids=["mem_other_b", "mem_other_c"],
                                       reason="r", payload={}, created_by="test", now=NOW)
-    assert None not in (early, late, unrelated)
+    assert early is not None and late is not None and unrelated is not None
     with engine.begin() as conn:
         found = proposals.citing(conn, ids)
         assert sorted(r.id for r in found) == sorted([early, late])  # 'late' cites two: listed once
