@@ -120,4 +120,5 @@ def test_one_idempotency_key_used_at_once_by_two_daemons_writes_once_and_answers
     assert len({o[0]["id"] for o in outcomes}) == 1
     with pg_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM memories WHERE owner = 'keyed'")).scalar_one() == 1
-        assert conn.execute(text("SELECT count(*) FROM idempotency_keys WHERE owner = 'keyed'")).scalar_one() == 1
+        keys = conn.execute(text("SELECT count(*) FROM idempotency_keys WHERE owner = 'keyed'"))
+        assert keys.scalar_one() == 1
