@@ -2,7 +2,8 @@
 
 The fixtures in tests/conftest.py build :class:`DaemonHandle` objects; the
 integration tests speak to them only over the daemon's real Unix sockets (and
-read the SQLite file directly where the test is about what was stored).
+read the store directly, its SQLite file or its PostgreSQL database, where the
+test is about what was stored).
 """
 
 from __future__ import annotations
@@ -316,14 +317,38 @@ class QmarkConnection:
 
 @contextlib.contextmanager
 def pg_connection(db_url: str) -> Iterator[QmarkConnection]:
-    """An autocommit psycopg connection to a SQLAlchemy ``postgresql+psycopg://`` URL."""
+    """An autocommit psycopg connection to a SQLAlchemy ``postgresql+psycopg://`` URL.
+
+    JSON columns read as their text, as SQLite returns them, so a test's ``json.loads`` of
+    ``metadata`` or ``detail`` reads the same on both backends."""
     import psycopg
+    from psycopg.types.string import TextLoader
 
     conn = psycopg.connect(db_url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True)
+    for json_type in ("json", "jsonb"):
+        conn.adapters.register_loader(json_type, TextLoader)
     try:
         yield QmarkConnection(conn)
     finally:
         conn.close()
+
+
+@contextlib.contextmanager
+def hold_memories_lock(handle: DaemonHandle) -> Iterator[None]:
+    """Keep the daemon from writing a memory until the block ends, whichever the backend:
+    SQLite's write lock on its file (:func:`hold_write_lock`), or on PostgreSQL an EXCLUSIVE
+    lock on ``memories`` (reads go on; every INSERT waits)."""
+    if handle.db_url is None:
+        with hold_write_lock(handle.db_path):
+            yield
+        return
+    with pg_connection(handle.db_url) as pg:
+        pg.execute("BEGIN")
+        pg.execute("LOCK TABLE memories IN EXCLUSIVE MODE")
+        try:
+            yield
+        finally:
+            pg.execute("ROLLBACK")
 
 
 @contextlib.contextmanager
