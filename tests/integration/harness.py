@@ -302,6 +302,12 @@ class DaemonHandle:
         return int(self.scalar("SELECT count(*) FROM memories WHERE content = ?", (content,)))
 
 
+def vector_bytes_sql(handle: DaemonHandle, column: str = "vector") -> str:
+    """SQL for the float32 bytes of a stored vector in ``memory_vectors``: the blob's length on
+    SQLite; on PostgreSQL pgvector's dimensions x 4 (a ``vector`` holds 4-byte floats)."""
+    return f"vector_dims({column}) * 4" if handle.db_url is not None else f"length({column})"
+
+
 class QmarkConnection:
     """A psycopg connection that takes SQLite's ``?`` placeholders, so a test's SQL about what
     was stored reads the same on both backends."""
