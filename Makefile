@@ -1,10 +1,10 @@
-# memoryd: `make run` installs and runs the daemon; `make test` installs and runs every check.
+# memoryd: `make run` installs and runs the daemon; `make test` installs and runs the checks (lint, types, the fast tests on SQLite; `make test-postgres` and `make test-slow` run the rest).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 
-.PHONY: run test test-slow test-all lint typecheck bench clean install install-dev
+.PHONY: run test test-postgres test-slow test-all lint typecheck bench clean install install-dev
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,10 +62,15 @@ typecheck: install-dev
 	$(BIN)/mypy
 
 # The default run skips tests marked slow (real model loads, crash loops,
-# crowded indexes); CI runs them too, after this.
+# crowded indexes) and the PostgreSQL half of the suite (every daemon test
+# again on an embedded PostgreSQL); CI runs both too, after this.
 test: lint typecheck
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q -m "not slow and not postgres"
 
+test-postgres: install-dev
+	$(BIN)/pytest -q -m "postgres and not slow"
+
+# Every slow test, on both backends.
 test-slow: install-dev
 	$(BIN)/pytest -q -m slow
 

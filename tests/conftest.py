@@ -168,12 +168,23 @@ def pg_url(pg_server: Any) -> Iterator[str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Run a module marked ``both_backends`` once per store backend: SQLite, then PostgreSQL
-    (its parameter carries the ``postgres`` marker, so ``-m "not postgres"`` leaves it out).
-    Everything else gets the SQLite default without a parameter in its id."""
-    if "backend" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_backends"):
-        metafunc.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
-                             indirect=True, scope="module")
+    """Run every test that reaches a daemon (its fixtures include ``backend``) once per store
+    backend: SQLite, then PostgreSQL (its parameter carries the ``postgres`` marker, so
+    ``-m "not postgres"`` leaves it out). Left on SQLite alone, without a parameter in the id:
+    a test marked ``sqlite_only(reason)`` (it is about the SQLite file itself), and a test that
+    is PostgreSQL's already (marked ``postgres``, or given its database by ``pg_url``)."""
+    if "backend" not in metafunc.fixturenames:
+        return
+    only = metafunc.definition.get_closest_marker("sqlite_only")
+    if only is not None:
+        reason = only.kwargs.get("reason", only.args[0] if only.args else "")
+        if not isinstance(reason, str) or not reason.strip():
+            raise pytest.UsageError(f"{metafunc.definition.nodeid}: sqlite_only needs a reason")
+        return
+    if metafunc.definition.get_closest_marker("postgres") or "pg_url" in metafunc.fixturenames:
+        return
+    metafunc.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True, scope="module")
 
 
 @pytest.fixture(scope="module")

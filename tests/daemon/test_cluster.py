@@ -88,9 +88,10 @@ def test_the_view_shows_the_cluster_only_when_the_store_is_shared_or_was() -> No
     assert "node-a (this)" in text and "node-b" in text and "silent" in text and "3" in text
 
 
-def test_a_real_daemon_reports_itself_and_marks_itself_stopped(daemon: DaemonHandle) -> None:
+def test_a_real_daemon_reports_itself_and_marks_itself_stopped(daemon: DaemonHandle, backend: str) -> None:
     status = daemon.call("daemon.status")
-    assert status["cluster"]["shared"] is False
+    # docs/protocol.md: a PostgreSQL store is one daemons may share; a SQLite file is not.
+    assert status["cluster"]["shared"] is (backend == "postgres")
     [me] = status["cluster"]["daemons"]
     assert me["self"] and me["state"] == "running" and me["pid"] == daemon.proc.pid  # type: ignore[union-attr]
     assert daemon.stop() == 0

@@ -70,10 +70,14 @@ def replay(session: Session, env: dict[str, str], *args: str) -> None:
 def captured(daemon: DaemonHandle) -> list[dict[str, Any]]:
     rows = daemon.query(
         "SELECT content, kind, scope, project, user_id, agent_id, session_id, occurred_at, metadata "
-        "FROM memories WHERE kind = 'conversation' ORDER BY json_extract(metadata, '$.turn_index'), seq")
+        "FROM memories WHERE kind = 'conversation' ORDER BY seq")
     names = ("content", "kind", "scope", "project", "user_id", "agent_id", "session_id", "occurred_at",
              "metadata")
-    return [dict(zip(names, r, strict=True)) | {"metadata": json.loads(r[-1])} for r in rows]
+    found = [dict(zip(names, r, strict=True)) | {"metadata": json.loads(r[-1])} for r in rows]
+    # By turn (a row without one, such as a spooled turn, first), then by seq: a stable sort
+    # of rows read in seq order.
+    return sorted(found, key=lambda row: (row["metadata"].get("turn_index") is not None,
+                                          row["metadata"].get("turn_index") or 0))
 
 
 def expected_rows(session: Session, scope: str = "project",

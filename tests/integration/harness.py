@@ -2,7 +2,8 @@
 
 The fixtures in tests/conftest.py build :class:`DaemonHandle` objects; the
 integration tests speak to them only over the daemon's real Unix sockets (and
-read the SQLite file directly where the test is about what was stored).
+read the store directly, its SQLite file or its PostgreSQL database, where the
+test is about what was stored).
 """
 
 from __future__ import annotations
@@ -301,6 +302,12 @@ class DaemonHandle:
         return int(self.scalar("SELECT count(*) FROM memories WHERE content = ?", (content,)))
 
 
+def vector_bytes_sql(handle: DaemonHandle, column: str = "vector") -> str:
+    """SQL for the float32 bytes of a stored vector in ``memory_vectors``: the blob's length on
+    SQLite; on PostgreSQL pgvector's dimensions x 4 (a ``vector`` holds 4-byte floats)."""
+    return f"vector_dims({column}) * 4" if handle.db_url is not None else f"length({column})"
+
+
 class QmarkConnection:
     """A psycopg connection that takes SQLite's ``?`` placeholders, so a test's SQL about what
     was stored reads the same on both backends."""
@@ -316,14 +323,38 @@ class QmarkConnection:
 
 @contextlib.contextmanager
 def pg_connection(db_url: str) -> Iterator[QmarkConnection]:
-    """An autocommit psycopg connection to a SQLAlchemy ``postgresql+psycopg://`` URL."""
+    """An autocommit psycopg connection to a SQLAlchemy ``postgresql+psycopg://`` URL.
+
+    JSON columns read as their text, as SQLite returns them, so a test's ``json.loads`` of
+    ``metadata`` or ``detail`` reads the same on both backends."""
     import psycopg
+    from psycopg.types.string import TextLoader
 
     conn = psycopg.connect(db_url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True)
+    for json_type in ("json", "jsonb"):
+        conn.adapters.register_loader(json_type, TextLoader)
     try:
         yield QmarkConnection(conn)
     finally:
         conn.close()
+
+
+@contextlib.contextmanager
+def hold_memories_lock(handle: DaemonHandle) -> Iterator[None]:
+    """Keep the daemon from writing a memory until the block ends, whichever the backend:
+    SQLite's write lock on its file (:func:`hold_write_lock`), or on PostgreSQL an EXCLUSIVE
+    lock on ``memories`` (reads go on; every INSERT waits)."""
+    if handle.db_url is None:
+        with hold_write_lock(handle.db_path):
+            yield
+        return
+    with pg_connection(handle.db_url) as pg:
+        pg.execute("BEGIN")
+        pg.execute("LOCK TABLE memories IN EXCLUSIVE MODE")
+        try:
+            yield
+        finally:
+            pg.execute("ROLLBACK")
 
 
 @contextlib.contextmanager

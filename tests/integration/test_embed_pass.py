@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 import sqlite_vec
 
-from tests.integration.harness import DaemonHandle, wait_until
+from tests.integration.harness import DaemonHandle, vector_bytes_sql, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -17,7 +17,7 @@ NO_GOVERNOR = {"governor_enabled": False}
 
 
 def test_written_memories_are_embedded_once_each_as_384_float32_vectors(
-        start_daemon: Callable[..., DaemonHandle]) -> None:
+        start_daemon: Callable[..., DaemonHandle], backend: str) -> None:
     daemon = start_daemon(embedder="bundled", config=NO_GOVERNOR)
     ids = [daemon.write(f"Service number {i} listens on port {8000 + i} in staging")["id"]
            for i in range(20)]
@@ -33,7 +33,7 @@ def test_written_memories_are_embedded_once_each_as_384_float32_vectors(
     assert status["passes"]["embed"]["last_error"] is None
 
     vectors = daemon.query(
-        "SELECT m.id, v.dim, length(v.vector), v.content_hash = m.content_hash "
+        f"SELECT m.id, v.dim, {vector_bytes_sql(daemon, 'v.vector')}, v.content_hash = m.content_hash "
         "FROM memory_vectors v JOIN memories m ON m.seq = v.memory_seq")
     assert sorted(r[0] for r in vectors) == sorted(ids)
     assert all(r[1:] == (384, 384 * 4, 1) for r in vectors)
@@ -41,7 +41,12 @@ def test_written_memories_are_embedded_once_each_as_384_float32_vectors(
     for memory_id in ids:
         assert "embed" not in daemon.call("memory.get", {"id": memory_id})["pending"]
 
-    # The nearest-neighbour index holds the same rows as the durable vectors.
+    if backend == "postgres":
+        # The nearest-neighbour index is an HNSW index over memory_vectors itself.
+        assert daemon.scalar("SELECT count(*) FROM pg_indexes WHERE tablename = 'memory_vectors' "
+                             "AND indexdef LIKE '%USING hnsw%'") == 1
+        return
+    # The nearest-neighbour index (sqlite-vec's vec0 table) holds the same rows as the durable vectors.
     with daemon.db() as conn:
         conn.enable_load_extension(True)
         sqlite_vec.load(conn)

@@ -22,7 +22,6 @@ from tests.integration.harness import DaemonHandle, run_cli
 from tests.lifecycle.helpers import engine_on
 
 #: On both store backends (tests/conftest.py pytest_generate_tests).
-pytestmark = pytest.mark.both_backends
 
 #: No pass changes a row while the test compares (no models; decay and retention ran on the empty store).
 QUIET = {"governor_enabled": False}

@@ -34,6 +34,8 @@ def test_sigterm_exits_zero_and_removes_both_socket_files(daemon: DaemonHandle) 
     assert daemon.call("memory.get", {"id": written["id"]})["content"] == "written just before shutdown"
 
 
+@pytest.mark.sqlite_only("the write waits out SQLite's busy timeout (busy_timeout_ms) on the file's "
+                         "write lock and is answered 1003; PostgreSQL has no such setting")
 def test_sigterm_while_a_write_waits_on_a_locked_store_answers_it_and_exits_zero(
         start_daemon: Callable[..., DaemonHandle]) -> None:
     daemon = start_daemon(config={"busy_timeout_ms": 6000})

@@ -11,7 +11,6 @@ from memoryd.service.client import ClientError
 from tests.integration.harness import DaemonHandle, run_cli
 
 #: On both store backends (tests/conftest.py pytest_generate_tests).
-pytestmark = pytest.mark.both_backends
 
 
 def _contents(result: dict[str, object]) -> list[str]:

@@ -14,9 +14,6 @@ from memoryd.store.engine import create_store_engine
 from memoryd.store.memories import add_tombstone, content_hash
 from tests.integration.harness import DaemonHandle, RawConnection, wait_until
 
-#: The socket contract on both store backends (tests/conftest.py pytest_generate_tests).
-pytestmark = pytest.mark.both_backends
-
 RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
 GET_FIELDS = {

@@ -85,6 +85,9 @@ def _run_peer(user: pwd.struct_passwd, python: str, path: str, mode: str) -> dic
     return result
 
 
+@pytest.mark.sqlite_only("the daemon runs as 'nobody', who cannot reach the embedded PostgreSQL's "
+                         "socket (inside its 0700 data dir); peer credentials are checked before "
+                         "any store access")
 def test_connection_from_another_uid_is_forbidden_and_closed_even_on_a_loosened_socket(
         start_daemon: Callable[..., DaemonHandle]) -> None:
     owner, other = _user("nobody"), _user("daemon")

@@ -20,9 +20,6 @@ import pytest
 from memoryd.service.client import ClientError
 from tests.integration.harness import DaemonHandle, RawConnection, wait_until
 
-#: The socket contract on both store backends (tests/conftest.py pytest_generate_tests).
-pytestmark = pytest.mark.both_backends
-
 #: docs/protocol.md "Connections": the refusal frame's message, as sent.
 TOO_MANY = "too many connections; close idle ones and retry"
 #: docs/protocol.md "memory.write": the duplicate answer's notice, as sent.

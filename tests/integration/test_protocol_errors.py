@@ -20,9 +20,6 @@ from memoryd.service.client import ClientError
 from memoryd.store.ids import new_memory_id
 from tests.integration.harness import DaemonHandle, RawConnection
 
-#: The socket contract on both store backends (tests/conftest.py pytest_generate_tests).
-pytestmark = pytest.mark.both_backends
-
 
 @pytest.fixture
 def daemon(module_daemon: DaemonHandle) -> DaemonHandle:

@@ -16,7 +16,7 @@ import pytest
 from memoryd.service.client import Client, ClientError
 from memoryd.store.engine import create_store_engine
 from memoryd.store.memories import add_tombstone, content_hash
-from tests.integration.harness import DaemonHandle, hold_write_lock, wait_until
+from tests.integration.harness import DaemonHandle, hold_memories_lock, hold_write_lock, wait_until
 
 
 def _table_counts(daemon: DaemonHandle) -> tuple[int, int, int]:
@@ -28,6 +28,8 @@ def _table_counts(daemon: DaemonHandle) -> tuple[int, int, int]:
 
 # -- 1003 -------------------------------------------------------------------------------------
 
+@pytest.mark.sqlite_only("busy_timeout_ms is SQLite's busy timeout (config.py), the wait this test "
+                         "runs out on the file's write lock; PostgreSQL has no such setting")
 def test_write_locked_past_busy_timeout_is_store_unavailable_and_leaves_nothing(
         start_daemon: Callable[..., DaemonHandle]) -> None:
     daemon = start_daemon(config={"busy_timeout_ms": 300})
@@ -67,7 +69,7 @@ def test_writes_beyond_write_queue_max_are_overloaded_and_never_stored(
         with done:
             outcomes[i] = outcome
 
-    with hold_write_lock(daemon.db_path):
+    with hold_memories_lock(daemon):
         threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
         for t in threads:
             t.start()
@@ -98,7 +100,7 @@ def test_writes_beyond_write_queue_max_are_overloaded_and_never_stored(
 # -- 1006 -------------------------------------------------------------------------------------
 
 def _lay_tombstone(daemon: DaemonHandle, scope: str, owner: str, content: str) -> None:
-    engine = create_store_engine(f"sqlite:///{daemon.db_path}")
+    engine = create_store_engine(daemon.store_url)
     try:
         with engine.begin() as conn:
             add_tombstone(conn, scope, owner, content_hash(content), datetime.now(UTC),

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from memoryd.queue import jobs as jobq
 from memoryd.store import proposals
 from tests.integration.harness import DaemonHandle, run_cli, wait_until
@@ -26,6 +28,21 @@ def _marker(tag: str) -> str:
 def _files_holding(root: Path, needle: bytes) -> list[str]:
     """Every file under ``root`` whose bytes contain ``needle``."""
     return [str(p) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+def _store_holding(daemon: DaemonHandle, needle: str) -> list[str]:
+    """Where the daemon's store holds ``needle``: on SQLite, every file of the data dir (the
+    database, its WAL, anything beside them); on PostgreSQL, every table whose rows, read
+    whole as text (lexemes and JSON included), contain it."""
+    if daemon.db_url is None:
+        return _files_holding(daemon.data_dir, needle.encode())
+    tables = [t for (t,) in daemon.query(
+        "SELECT table_name FROM information_schema.tables "
+        "WHERE table_schema = 'public' AND table_type = 'BASE TABLE'")]
+    assert "memories" in tables and "jobs" in tables, tables
+    return [t for t in tables
+            if daemon.scalar(f'SELECT count(*) FROM "{t}" AS r WHERE CAST(r AS TEXT) LIKE ?',
+                             (f"%{needle}%",))]
 
 
 def _seed_proposals_and_failed_job(daemon: DaemonHandle, doomed: str, other: str,
@@ -85,14 +102,14 @@ def test_forget_by_id_erases_copies_withdraws_proposals_and_scrubs_job_errors(
     def gone() -> bool:
         # The word index keeps a word after the prefix it shares with the previous
         # word ("zq..."): its unique tail is what must be gone.
-        return not _files_holding(daemon.data_dir, secret[-12:].encode())
+        return not _store_holding(daemon, secret[-12:])
 
     # The other owner's copy still holds the text, so look for the doomed text's file
     # presence only after erasing that one too: first the positive control.
-    assert _files_holding(daemon.data_dir, secret.encode())
+    assert _store_holding(daemon, secret)
     daemon.call("memory.forget", {"id": elsewhere}, admin=True)
     wait_status(daemon, elsewhere, "forgotten")
-    wait_until(gone, timeout_s=30, message="the forgotten text to leave every file of the data dir")
+    wait_until(gone, timeout_s=30, message="the forgotten text to leave the store")
     # The memory that was not forgotten keeps its words (positive control).
     assert get(daemon, other)["status"] == "active"
     assert control in get(daemon, other)["content"]
@@ -103,9 +120,11 @@ def test_forget_by_id_erases_copies_withdraws_proposals_and_scrubs_job_errors(
                                   ("queue.list", {}, True), ("daemon.status", {}, False)]:
         assert secret not in str(daemon.call(method, params, admin=admin)), method
     assert daemon.stop() == 0
-    assert not _files_holding(daemon.data_dir, secret[-12:].encode())
+    assert not _store_holding(daemon, secret[-12:])
 
 
+@pytest.mark.sqlite_only("FTS5's secure-delete: reads the SQLite file's bytes for an index word "
+                         "(PostgreSQL's lexemes: tests/postgres_store/test_pg_forget.py)")
 def test_fts_secure_delete_leaves_no_word_of_a_forgotten_row_in_the_file(
         start_daemon: Callable[..., DaemonHandle]) -> None:
     # FTS5 stores words, not sentences. Without its secure-delete option, deleting one row

@@ -11,11 +11,10 @@ import pytest
 from tests.integration.harness import DaemonHandle, wait_until
 from tests.lifecycle.helpers import QUIET, error_of, get, search_ids, wait_status
 
-#: memory.forget on both store backends (tests/conftest.py pytest_generate_tests).
-pytestmark = pytest.mark.both_backends
 #: Why the file-bytes tests are SQLite's: PostgreSQL's erasure (text, lexemes, vector) is
 #: checked in the database by tests/postgres_store/test_pg_forget.py.
-FILE_BYTES_ONLY = "reads the SQLite file's bytes"
+FILE_BYTES_ONLY = pytest.mark.sqlite_only(
+    "reads the SQLite file's bytes; PostgreSQL's is checked by tests/postgres_store/test_pg_forget.py")
 
 FORGOTTEN_SHAPE_KEYS = {"id", "status", "content"}
 
@@ -80,10 +79,9 @@ def test_search_as_of_before_a_forget_still_finds_the_row_before_the_forget_and_
     assert search_ids(daemon, "otter pantry", agent_id="agent-a", as_of=recorded_at) == []
 
 
+@FILE_BYTES_ONLY
 def test_forget_erases_the_text_from_the_database_file_bytes_after_shutdown(
-        start_daemon: Callable[..., DaemonHandle], backend: str) -> None:
-    if backend != "sqlite":
-        pytest.skip(FILE_BYTES_ONLY)
+        start_daemon: Callable[..., DaemonHandle]) -> None:
     daemon = start_daemon(config=QUIET)
     secret, control = _marker("secret"), _marker("control")
     doomed = daemon.write(f"The prod root password is {secret} do not share", agent_id="agent-a")
@@ -103,10 +101,9 @@ def test_forget_erases_the_text_from_the_database_file_bytes_after_shutdown(
     assert control.encode() in files["memoryd.db"]
 
 
+@FILE_BYTES_ONLY
 def test_forget_erases_the_text_from_the_database_file_bytes_while_the_daemon_runs(
-        start_daemon: Callable[..., DaemonHandle], backend: str) -> None:
-    if backend != "sqlite":
-        pytest.skip(FILE_BYTES_ONLY)
+        start_daemon: Callable[..., DaemonHandle]) -> None:
     daemon = start_daemon(config=QUIET)
     secret, control = _marker("secret"), _marker("control")
     doomed = daemon.write(f"The staging API token is {secret} rotate monthly", agent_id="agent-a")

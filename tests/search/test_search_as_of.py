@@ -14,7 +14,7 @@ A second pair goes through the real verbs (memory.supersede, memory.forget).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta, timezone
 from typing import Any
 
@@ -48,8 +48,9 @@ def _tick() -> None:
 
 
 @pytest.fixture(scope="module")
-def history(spawn: Any) -> Iterator[dict[str, Any]]:
-    daemon = spawn("as-of", embedder="bundled")
+def history(spawn: Any, backend: str,
+            module_new_db_url: Callable[[], str | None]) -> Iterator[dict[str, Any]]:
+    daemon = spawn(f"as-of-{backend}", embedder="bundled", db_url=module_new_db_url())
     names = list(ROWS)
     ids = dict(zip(names, daemon.write_many([{"content": ROWS[n], "agent_id": "a1"} for n in names]),
                    strict=True))
@@ -167,21 +168,25 @@ def test_forgotten_row_never_appears(history: dict[str, Any], mode: str, when: s
     assert ids["stable"] in got  # control: the query does reach a1's CI rows
 
 
-def test_forgotten_text_is_gone_from_both_indexes(history: dict[str, Any]) -> None:
-    """No FTS posting and no vector is left for a forgotten row (its text must not be findable)."""
+def test_forgotten_text_is_gone_from_both_indexes(history: dict[str, Any], backend: str) -> None:
+    """No lexical posting and no vector is left for a forgotten row (its text must not be findable):
+    FTS5 and sqlite-vec's index on SQLite; the tsvector column (GIN-indexed) on PostgreSQL, whose
+    vector index is over memory_vectors itself."""
     daemon, ids = history["daemon"], history["ids"]
+    if backend == "sqlite":
+        lexical = text("SELECT rowid FROM memories_fts WHERE memories_fts MATCH :q")
+    else:
+        lexical = text("SELECT seq FROM memories WHERE content_tsv @@ plainto_tsquery('english', :q)")
     with daemon.engine().connect() as conn:
         seq = conn.execute(select(memories.c.seq).where(memories.c.id == ids["forgot"])).scalar_one()
-        postings = conn.execute(text("SELECT rowid FROM memories_fts WHERE memories_fts MATCH :q"),
-                                {"q": '"zanzibar"'}).all()
-        assert postings == []
+        assert conn.execute(lexical, {"q": '"zanzibar"'}).all() == []
         assert conn.execute(select(memory_vectors.c.memory_seq)
                             .where(memory_vectors.c.memory_seq == seq)).all() == []
-        assert conn.execute(text("SELECT memory_seq FROM memory_vec WHERE memory_seq = :s"),
-                            {"s": seq}).all() == []
+        if backend == "sqlite":
+            assert conn.execute(text("SELECT memory_seq FROM memory_vec WHERE memory_seq = :s"),
+                                {"s": seq}).all() == []
         # Control: a live row's text is indexed.
-        assert conn.execute(text("SELECT rowid FROM memories_fts WHERE memories_fts MATCH :q"),
-                            {"q": '"pnpm"'}).all() != []
+        assert conn.execute(lexical, {"q": '"pnpm"'}).all() != []
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -16,7 +16,7 @@ socket then wakes it, and the notice goes away once the rows are embedded.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -57,9 +57,9 @@ def write_behind(daemon: Any, contents: list[str], agent_id: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def fresh(spawn: Any) -> Iterator[dict[str, Any]]:
+def fresh(spawn: Any, backend: str, module_new_db_url: Callable[[], str | None]) -> Iterator[dict[str, Any]]:
     """A bundled daemon's first searches, before anything loaded the model."""
-    daemon = spawn("notices-fresh", embedder="bundled")
+    daemon = spawn(f"notices-fresh-{backend}", embedder="bundled", db_url=module_new_db_url())
     seeded = daemon.write_many([{"content": c, "agent_id": "a1"} for c in SEED[:1]])
     # No wait: the embed pass is loading the model right now (or about to).
     out = {mode: daemon.search(QUERY, mode=mode, k=5, agent_id="a1") for mode in ("hybrid", "vector")}
@@ -68,8 +68,10 @@ def fresh(spawn: Any) -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def lagging(spawn: Any) -> Iterator[dict[str, Any]]:
-    daemon = spawn("notices-lag", embedder="bundled", config={"tick_interval_s": 3600.0})
+def lagging(spawn: Any, backend: str,
+            module_new_db_url: Callable[[], str | None]) -> Iterator[dict[str, Any]]:
+    daemon = spawn(f"notices-lag-{backend}", embedder="bundled", config={"tick_interval_s": 3600.0},
+                   db_url=module_new_db_url())
     seeded = daemon.write_many([{"content": c, "agent_id": a} for c in SEED for a in ("a1", "a2")])
     daemon.wait_embedded()
     late_a1 = write_behind(daemon, LATE_A1, "a1")
@@ -79,8 +81,8 @@ def lagging(spawn: Any) -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def off(spawn: Any) -> Iterator[Any]:
-    daemon = spawn("notices-off", embedder="none")
+def off(spawn: Any, backend: str, module_new_db_url: Callable[[], str | None]) -> Iterator[Any]:
+    daemon = spawn(f"notices-off-{backend}", embedder="none", db_url=module_new_db_url())
     daemon.write_many([{"content": c, "agent_id": "a1"} for c in SEED])
     yield daemon
     stop_cleanly(daemon)

@@ -8,7 +8,7 @@ never an error. A query wrapped in double quotes is one exact phrase.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -42,8 +42,9 @@ BACKUP_ROWS = [
 
 
 @pytest.fixture(scope="module")
-def store(spawn: Any) -> Iterator[tuple[Any, dict[str, str], list[str]]]:
-    daemon = spawn("query", embedder="bundled")
+def store(spawn: Any, backend: str,
+          module_new_db_url: Callable[[], str | None]) -> Iterator[tuple[Any, dict[str, str], list[str]]]:
+    daemon = spawn(f"query-{backend}", embedder="bundled", db_url=module_new_db_url())
     ids = dict(zip(ROWS, daemon.write_many([{"content": c, "agent_id": "a1"} for c in ROWS.values()]),
                    strict=True))
     backups = daemon.write_many([{"content": c, "agent_id": "a1"} for c in BACKUP_ROWS])

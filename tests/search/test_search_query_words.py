@@ -7,7 +7,7 @@ question must not outrank the one that shares its content word.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -37,8 +37,8 @@ ROWS = {
 
 
 @pytest.fixture(scope="module")
-def daemon(spawn: Any) -> Iterator[Any]:
-    d = spawn("search-query-words", embedder="none")
+def daemon(spawn: Any, backend: str, module_new_db_url: Callable[[], str | None]) -> Iterator[Any]:
+    d = spawn(f"search-query-words-{backend}", embedder="none", db_url=module_new_db_url())
     ids = d.write_many([{"content": c, "scope": "project", "project": "words"} for c in ROWS.values()])
     yield {"daemon": d, "ids": dict(zip(ROWS, ids, strict=True))}
     stop_cleanly(d)

@@ -25,9 +25,6 @@ import pytest
 
 from tests.search._daemon import stop_cleanly
 
-#: Scope isolation on both store backends (tests/conftest.py pytest_generate_tests).
-pytestmark = pytest.mark.both_backends
-
 QUERY = "run the smoke tests against staging before tagging a release"
 PHRASE = '"smoke tests against staging"'
 CONTENT = {

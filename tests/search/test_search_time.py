@@ -9,7 +9,7 @@ the order comes from the time boost alone. Expected windows are literal dates.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -30,8 +30,8 @@ QUERY = "When did the billing service deploy to production happen in May?"
 
 
 @pytest.fixture(scope="module")
-def daemon(spawn: Any) -> Iterator[Any]:
-    d = spawn("search-time", embedder="bundled")
+def daemon(spawn: Any, backend: str, module_new_db_url: Callable[[], str | None]) -> Iterator[Any]:
+    d = spawn(f"search-time-{backend}", embedder="bundled", db_url=module_new_db_url())
     items = []
     for content, occurred in ROWS.values():
         item: dict[str, Any] = {"content": content, "agent_id": AGENT, "kind": "event"}

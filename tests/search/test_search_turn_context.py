@@ -11,7 +11,7 @@ that question is forgotten, the reply is embedded again on its own text.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -35,8 +35,8 @@ QUERY = "Did Sam get the job at the bakery?"
 
 
 @pytest.fixture(scope="module")
-def store(spawn: Any) -> Iterator[dict[str, Any]]:
-    d = spawn("turn-context", embedder="bundled")
+def store(spawn: Any, backend: str, module_new_db_url: Callable[[], str | None]) -> Iterator[dict[str, Any]]:
+    d = spawn(f"turn-context-{backend}", embedder="bundled", db_url=module_new_db_url())
     items: list[dict[str, Any]] = []
     keys: list[tuple[str, str, int]] = []
     for day, (session, texts) in enumerate(SESSIONS.items(), start=1):

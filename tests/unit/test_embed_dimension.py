@@ -150,7 +150,7 @@ def test_the_daemon_refuses_to_start_with_an_embedder_of_another_dimension(
     first.stop()
     from memoryd.store.engine import create_store_engine
 
-    engine = create_store_engine(f"sqlite:///{first.db_path}")
+    engine = create_store_engine(first.store_url)
     with engine.begin() as conn:
         seq = conn.execute(text("SELECT seq FROM memories")).scalar_one()
         vec = (np.ones(384) / np.sqrt(384)).astype("<f4")
@@ -162,7 +162,8 @@ def test_the_daemon_refuses_to_start_with_an_embedder_of_another_dimension(
         "config.json": {"hidden_size": 384},
         "1_Pooling/config.json": {"word_embedding_dimension": 384, "pooling_mode_mean_tokens": True,
                                   "pooling_mode_max_tokens": True}})
-    second = start_daemon(name="d768", embedder=wide, data_dir=first.data_dir, start=False)
+    second = start_daemon(name="d768", embedder=wide, data_dir=first.data_dir, db_url=first.db_url,
+                          start=False)
     assert second.run_to_exit() == 2
     err = second.stderr_text()
     assert "Error: the embedder 'wide' makes 768-dimensional vectors" in err

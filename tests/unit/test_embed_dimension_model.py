@@ -31,7 +31,7 @@ from memoryd.store.engine import create_store_engine, read_only
 from memoryd.store.memories import WriteContext
 from memoryd.store.migrate import upgrade
 from memoryd.store.writes import WriteUnit, commit_units
-from tests.integration.harness import DaemonHandle, wait_until
+from tests.integration.harness import DaemonHandle, vector_bytes_sql, wait_until
 
 from .helpers import NOW, build_memory
 
@@ -91,9 +91,11 @@ def test_the_embed_pass_refuses_vectors_of_another_dimension(wide_model: str, tm
 
 
 def _reembed(handle: DaemonHandle, embedder: str) -> subprocess.CompletedProcess[str]:
+    store = ["--db-url", handle.db_url] if handle.db_url else []
     return subprocess.run(
         [sys.executable, "-m", "memoryd", "reembed", "--embedder", embedder, "--data-dir",
-         str(handle.data_dir), "--yes"], env=handle.env, capture_output=True, text=True, timeout=900)
+         str(handle.data_dir), *store, "--yes"], env=handle.env, capture_output=True, text=True,
+        timeout=900)
 
 
 NOTES = ["Staging's Postgres listens on 5433", "The CI cache lives in the ci-cache bucket",
@@ -119,15 +121,17 @@ def test_reembed_moves_a_store_to_a_768_model_and_the_daemon_drains_it(
     assert first.scalar("SELECT count(*) FROM jobs WHERE pass = 'embed' AND state = 'ready'") == len(NOTES)
 
     # The old embedder no longer fits the store: refused before it serves.
-    old = start_daemon(name="mini-again", embedder="bundled", data_dir=first.data_dir, start=False)
+    old = start_daemon(name="mini-again", embedder="bundled", data_dir=first.data_dir, db_url=first.db_url,
+                       start=False)
     assert old.run_to_exit() == 2
     assert "memoryd reembed --embedder bundled" in old.stderr_text()
 
-    wide = start_daemon(name="wide", embedder=wide_model, data_dir=first.data_dir)
+    wide = start_daemon(name="wide", embedder=wide_model, data_dir=first.data_dir, db_url=first.db_url)
     refused = _reembed(wide, wide_model)  # not while a daemon owns the data directory
     assert refused.returncode == 2 and "Stop the daemon" in refused.stderr
-    wait_until(lambda: wide.scalar("SELECT count(*) FROM memory_vectors WHERE length(vector) = 3072")
-               == len(NOTES), timeout_s=900, message="the 768-d embedder embeds every memory")
+    wide_rows = f"SELECT count(*) FROM memory_vectors WHERE {vector_bytes_sql(wide)} = 3072"
+    wait_until(lambda: wide.scalar(wide_rows) == len(NOTES), timeout_s=900,
+               message="the 768-d embedder embeds every memory")
     result = wide.call("memory.search", {"query": "which port does the staging database use",
                                          "mode": "vector", "k": 3, "agent_id": "a"})
     assert result["mode_used"] == "vector"
@@ -136,4 +140,7 @@ def test_reembed_moves_a_store_to_a_768_model_and_the_daemon_drains_it(
     assert status["passes"]["embed"]["errors_total"] == 0
     assert wide.scalar("SELECT count(*) FROM jobs WHERE pass = 'embed' AND state IN "
                        "('ready', 'leased', 'failed', 'dead')") == 0
-    assert np.isclose(wide.scalar("SELECT count(*) FROM memory_vectors_meta WHERE dim = 768"), len(NOTES))
+    # SQLite: the vectors' own rows (memory_vectors is a view over them and the vec0 index);
+    # PostgreSQL: memory_vectors is the table.
+    rows = "memory_vectors" if wide.db_url else "memory_vectors_meta"
+    assert np.isclose(wide.scalar(f"SELECT count(*) FROM {rows} WHERE dim = 768"), len(NOTES))

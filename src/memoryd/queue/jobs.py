@@ -56,7 +56,8 @@ def enqueue(conn: Connection, pass_name: str, target: str, *, now: float,
         "priority": priority, "run_after": now if run_after is None else run_after,
         "attempts": 0, "max_attempts": max_attempts, "created_at": now, "updated_at": now,
     }
-    added = bool(conn.execute(_insert_unless_live(conn).values(**values)).rowcount)
+    # RETURNING, not rowcount: SQLAlchemy reports -1 for a psycopg INSERT's rowcount (truthy).
+    added = conn.execute(_insert_unless_live(conn).values(**values).returning(jobs.c.id)).first() is not None
     if added:
         backend_for(conn).notify_jobs(conn)
     return added

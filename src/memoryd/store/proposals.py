@@ -37,8 +37,9 @@ def propose(conn: Connection, *, kind: str, memory_ids: Sequence[str], reason: s
     stmt = backend_for(conn).insert(proposals).values(
         id=pid, kind=kind, memory_ids=list(memory_ids), pair_key=pair_key(kind, memory_ids),
         reason=reason, payload=payload, status="open", created_at=to_rfc3339(now), created_by=created_by,
-    ).on_conflict_do_nothing()
-    return pid if conn.execute(stmt).rowcount else None
+    ).on_conflict_do_nothing().returning(proposals.c.id)
+    # RETURNING, not rowcount: SQLAlchemy reports -1 for a psycopg INSERT's rowcount.
+    return pid if conn.execute(stmt).first() is not None else None
 
 
 def exists(conn: Connection, kind: str, memory_ids: Sequence[str]) -> bool:
