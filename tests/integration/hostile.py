@@ -38,7 +38,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from memoryd.store.driver import sqlite_module
-from tests.integration.harness import DaemonHandle, hermetic_env, render_toml
+from tests.integration.harness import DaemonHandle, hermetic_env, pg_connection, render_toml
 
 #: PROTOCOL.md's error table, written out here so the test does not read it from the code under test.
 CONTRACT_CODES = frozenset({-32700, -32600, -32601, -32602, 1001, 1002, 1003, 1004, 1005, 1006, 1007})
@@ -594,18 +594,27 @@ def encode_resolved(frame: Frame, pool: list[str]) -> tuple[bytes, Any]:
 # -- the store, seen directly ------------------------------------------------------------------------
 
 class StoreProbe:
-    """Row counts of every table and the audit chain's head, read from the daemon's SQLite file."""
+    """Row counts of every table and the audit chain's head, read from the daemon's store: its
+    SQLite file, or its PostgreSQL database (``?`` placeholders and JSON as text on both)."""
 
     def __init__(self, daemon: DaemonHandle):
-        # Not bound to its thread: a runner may be built in one thread and driven from another.
-        self.conn = sqlite_module().connect(str(daemon.db_path), timeout=10.0, check_same_thread=False)
-        self.conn.isolation_level = None
-        self.tables = [name for (name,) in self.conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%' "
-            "ORDER BY name")]
+        self._stack = contextlib.ExitStack()
+        self.conn: Any
+        if daemon.db_url is not None:
+            self.conn = self._stack.enter_context(pg_connection(daemon.db_url))
+            listing = ("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
+                       "AND table_type = 'BASE TABLE' ORDER BY table_name")
+        else:
+            # Not bound to its thread: a runner may be built in one thread and driven from another.
+            self.conn = sqlite_module().connect(str(daemon.db_path), timeout=10.0, check_same_thread=False)
+            self.conn.isolation_level = None
+            self._stack.callback(self.conn.close)
+            listing = ("SELECT name FROM sqlite_master WHERE type = 'table' "
+                       "AND sql NOT LIKE 'CREATE VIRTUAL%' ORDER BY name")
+        self.tables = [name for (name,) in self.conn.execute(listing).fetchall()]
 
     def close(self) -> None:
-        self.conn.close()
+        self._stack.close()
 
     def snapshot(self) -> tuple[Any, ...]:
         counts = tuple(self.conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in self.tables)
@@ -798,6 +807,7 @@ class HostileRun:
         errors = [a for a in answers if "error" in a]
         refused = answers and len(errors) == len(answers) and not any(e.notification for e in expects)
         if refused and self.check_store:
+            assert before is not None
             after = self.probe.snapshot()
             if after != before:
                 raise AssertionError(f"a refused request changed the store "
@@ -975,14 +985,16 @@ def run_until(target: int, run: Callable[[], None], tally: Tally) -> None:
 
 
 @contextlib.contextmanager
-def quiet_daemon(name: str = "hostile", config: dict[str, Any] | None = None) -> Iterator[DaemonHandle]:
+def quiet_daemon(name: str = "hostile", config: dict[str, Any] | None = None,
+                 db_url: str | None = None) -> Iterator[DaemonHandle]:
     """A ``memoryd run`` (``--embedder none --llm none``) on a short temp dir with QUIET_CONFIG,
-    settled (its start-up ticks have run), stopped with SIGTERM at the end (exit 0 required)."""
+    settled (its start-up ticks have run), stopped with SIGTERM at the end (exit 0 required).
+    ``db_url``: a PostgreSQL database for its store (None: SQLite in its data dir)."""
     root = Path(tempfile.mkdtemp(prefix="md-", dir="/tmp"))
     home = root / name
     home.mkdir(mode=0o700)
     handle = DaemonHandle(name=name, home=home, data_dir=home / "data", socket=home / "s" / "memoryd.sock",
-                          env=hermetic_env(home))
+                          env=hermetic_env(home), db_url=db_url)
     handle.config_path = home / "config.toml"
     handle.config_path.write_text(render_toml({**QUIET_CONFIG, **(config or {})}), encoding="utf-8")
     try:

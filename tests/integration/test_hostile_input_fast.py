@@ -14,7 +14,7 @@ states the answer PROTOCOL.md gives it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -27,8 +27,9 @@ FAST_INPUTS = 300
 
 
 @pytest.fixture(scope="module")
-def quiet() -> Iterator[DaemonHandle]:
-    with hostile.quiet_daemon("hostile-fast") as handle:
+def quiet(module_new_db_url: Callable[[], str | None]) -> Iterator[DaemonHandle]:
+    """The module's daemon, on SQLite and on PostgreSQL (the ``backend`` parameter)."""
+    with hostile.quiet_daemon("hostile-fast", db_url=module_new_db_url()) as handle:
         yield handle
 
 

@@ -18,7 +18,7 @@ Counts go to a JSON file under pytest's temp dir and to stdout (``pytest -s``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -37,8 +37,9 @@ HONEST_WRITES = 600
 
 
 @pytest.fixture(scope="module")
-def quiet() -> Iterator[DaemonHandle]:
-    with hostile.quiet_daemon("hostile-slow") as handle:
+def quiet(module_new_db_url: Callable[[], str | None]) -> Iterator[DaemonHandle]:
+    """The module's daemon, on SQLite and on PostgreSQL (the ``backend`` parameter)."""
+    with hostile.quiet_daemon("hostile-slow", db_url=module_new_db_url()) as handle:
         yield handle
 
 
