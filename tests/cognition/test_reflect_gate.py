@@ -110,3 +110,41 @@ def test_the_reason_reads_old_value_to_new_whichever_rows_job_finds_the_pair(
             found = ReflectPass().candidates(conn, job_target, ctx)
             assert [(o.id, n.id) for o, n, _ in found] == [(ids[0], ids[1])]
             assert "15 → 16" in found[0][2], found[0][2]
+
+
+def _pair_at_cosine(engine: Engine, write_ctx: WriteContext, cosine: float, owner: str) -> list[str]:
+    """A changed value (Postgres 15 → 16) written as two memories whose stored vectors are at
+    ``cosine`` from each other."""
+    ids = []
+    with engine.begin() as conn:
+        for text in ("The staging database is Postgres 15 on db1:5432",
+                     "The staging database is Postgres 16 on db1:5432"):
+            params = {"content": text, "scope": "agent", "agent_id": owner, "kind": "fact"}
+            new = NewMemory(content=text, kind="fact", scope="agent", owner=owner, agent_id=owner,
+                            request_hash=request_hash(params))
+            ids.append(str(write_memory(conn, new, NOW, write_ctx)["id"]))
+        seqs = dict(conn.execute(select(memories.c.id, memories.c.seq).where(memories.c.id.in_(ids))).all())
+        a = np.zeros(384, dtype=np.float32)
+        a[0] = 1.0
+        b = np.zeros(384, dtype=np.float32)
+        b[0], b[1] = cosine, float(np.sqrt(1.0 - cosine * cosine))
+        vectors.upsert(conn, [{"memory_seq": seqs[i], "model": "test", "dim": 384,
+                               "vector": vectors.to_blob(v), "content_hash": "t",
+                               "embedded_at": "2026-01-01T00:00:00.000000Z"} for i, v in zip(ids, (a, b),
+                                                                                            strict=True)])
+    return ids
+
+
+def test_a_pair_below_the_cosine_floor_is_no_candidate_whatever_its_words(
+        engine: Engine, write_ctx: WriteContext, make_ctx: Callable[..., PassContext]) -> None:
+    """reflect_min_cosine (0.6) gates before the words are compared: the same changed value at
+    cosine 0.3 is not a candidate; at 0.9 it is (the positive control)."""
+    floor = Config().reflect_min_cosine
+    assert floor == 0.6  # docs/operations.md's default; the pairs below sit either side of it
+    far = _pair_at_cosine(engine, write_ctx, 0.3, owner="far")
+    near = _pair_at_cosine(engine, write_ctx, 0.9, owner="near")
+    ctx = make_ctx()
+    with engine.connect() as conn:
+        assert ReflectPass().candidates(conn, far[1], ctx) == []
+        found = ReflectPass().candidates(conn, near[1], ctx)
+    assert [(o.id, n.id) for o, n, _ in found] == [(near[0], near[1])]
