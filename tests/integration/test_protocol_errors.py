@@ -219,3 +219,28 @@ def test_unknown_or_malformed_id_is_not_found(daemon: DaemonHandle, memory_id: s
     # Positive control: a real id reads back.
     assert daemon.call("memory.get", {"id": stored["id"]})["id"] == stored["id"]
     daemon.assert_alive()
+
+
+NUL_CASES = [
+    pytest.param("memory.write", {"content": "a\x00b", "agent_id": "nul"}, "content", id="write-content"),
+    pytest.param("memory.write", {"content": "ok", "agent_id": "nul", "metadata": {"k\x00": 1}},
+                 "metadata.k\x00", id="write-metadata-key"),
+    pytest.param("memory.write_many", {"items": [{"content": "fine", "agent_id": "nul"},
+                                                 {"content": "x", "agent_id": "n\x00l"}]},
+                 "items[1].agent_id", id="write-many-owner"),
+    pytest.param("memory.search", {"query": "deploy\x00", "agent_id": "nul"}, "query", id="search-query"),
+]
+
+
+@pytest.mark.parametrize(("method", "params", "field"), NUL_CASES)
+def test_a_nul_character_in_any_string_is_invalid_params_naming_the_field(
+        daemon: DaemonHandle, method: str, params: dict[str, Any], field: str) -> None:
+    """PostgreSQL cannot store U+0000 in text or JSON: the request is refused on both backends
+    alike, before anything is written (found by the hostile suite on PostgreSQL, where it was
+    answered 1003 and failed the rest of its group commit)."""
+    before = _stored(daemon)
+    err = _error(daemon, method, params)
+    assert err.code == -32602 and err.data["field"] == field, (err.code, err.data, err)
+    assert "NUL" in str(err)
+    assert _stored(daemon) == before
+    assert daemon.proc is not None and daemon.call("daemon.ping")["pid"] == daemon.proc.pid

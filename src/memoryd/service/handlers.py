@@ -89,6 +89,7 @@ class Dispatcher:
         handler = self.table(admin).get(method)
         if handler is None:
             raise MethodNotFound(f"method {method!r} does not exist on this socket")
+        validation.refuse_nul(params)
         return await handler(params, peer)
 
     async def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -99,6 +100,7 @@ class Dispatcher:
                     ) -> tuple[WriteUnit, Callable[[Any], Any]]:
         """The unit a write method queues, and how its committed outcome becomes the answer.
         ``admin``: the request came in on the operator socket (an item may carry ``restore``)."""
+        validation.refuse_nul(params)
         if method == "memory.write":
             item = validation.parse_write(params, self.cfg, admin=admin)
             return WriteUnit([item], peer.actor), lambda results: results[0]

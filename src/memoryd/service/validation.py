@@ -42,6 +42,23 @@ def _unknown(params: Mapping[str, Any], allowed: set[str]) -> None:
         raise InvalidParams(extra[0], f"unknown parameter; expected some of {sorted(allowed)}")
 
 
+def refuse_nul(value: Any, path: str = "params") -> None:
+    """Refuse a request whose parameters hold the NUL character (U+0000) in any string, key or
+    value, at any depth: PostgreSQL's text and JSON cannot store it, so the same request would
+    be stored on one backend and fail on the other. ``path`` names the field in the error."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidParams(path, "must not contain the NUL character (U+0000)")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path != "params" else str(key)
+            refuse_nul(key, where)
+            refuse_nul(item, where)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            refuse_nul(item, f"{path}[{i}]")
+
+
 def is_utf8(text: str) -> bool:
     """Whether ``text`` has a UTF-8 form: JSON's ``\\ud800`` escapes decode to lone surrogates,
     which the store cannot hold and an answer cannot carry."""
