@@ -19,8 +19,8 @@ NO_GOVERNOR = {"governor_enabled": False}
 def test_written_memories_are_embedded_once_each_as_384_float32_vectors(
         start_daemon: Callable[..., DaemonHandle], backend: str) -> None:
     daemon = start_daemon(embedder="bundled", config=NO_GOVERNOR)
-    ids = [daemon.write(f"Service number {i} listens on port {8000 + i} in staging")["id"]
-           for i in range(20)]
+    texts = [f"Service number {i} listens on port {8000 + i} in staging" for i in range(20)]
+    ids = [daemon.write(text)["id"] for text in texts]
 
     def drained() -> bool:
         queue = daemon.call("daemon.status")["queues"]["embed"]
@@ -40,6 +40,13 @@ def test_written_memories_are_embedded_once_each_as_384_float32_vectors(
     assert daemon.scalar("SELECT count(*) FROM jobs WHERE pass = 'embed' AND state = 'done'") == 20
     for memory_id in ids:
         assert "embed" not in daemon.call("memory.get", {"id": memory_id})["pending"]
+    # The vectors are the texts' own: a vector search for each text finds its memory first, at
+    # cosine ~1 (a zero or a constant vector, or another row's, fails this).
+    for memory_id, text in zip(ids, texts, strict=True):
+        top = daemon.call("memory.search", {"query": text, "mode": "vector", "k": 2,
+                                            "agent_id": "agent-a"})["results"]
+        assert top[0]["id"] == memory_id, (text, top)
+        assert top[0]["score"] > 0.999 > top[1]["score"], (text, top)
 
     if backend == "postgres":
         # The nearest-neighbour index is an HNSW index over memory_vectors itself.
