@@ -51,14 +51,15 @@ class E2EDaemon(DaemonHandle):
 
 def new_daemon(root: Path, name: str, *, embedder: str = "none", llm: str = "none",
                config: dict[str, Any] | None = None, log_level: str | None = None,
-               launcher: list[str] | None = None) -> E2EDaemon:
+               launcher: list[str] | None = None, db_url: str | None = None) -> E2EDaemon:
     """An unstarted daemon in ``root/name`` with the governor off (so a busy shared machine
-    never turns the passes down to one small batch per cycle) and ``config`` on top."""
+    never turns the passes down to one small batch per cycle) and ``config`` on top; its store
+    is ``db_url`` (a PostgreSQL database) or SQLite in its data dir."""
     home = root / name
     home.mkdir(mode=0o700)
     handle = E2EDaemon(name=name, home=home, data_dir=home / "data", socket=home / "s" / "memoryd.sock",
                        embedder=embedder, env=hermetic_env(home), llm=llm, log_level=log_level,
-                       launcher=list(launcher or []))
+                       launcher=list(launcher or []), db_url=db_url)
     handle.config_path = home / "config.toml"
     handle.config_path.write_text(render_toml({"governor_enabled": False, **(config or {})}),
                                   encoding="utf-8")
@@ -87,14 +88,16 @@ def require_bundled_llm() -> None:
 
 
 @pytest.fixture
-def start_e2e(request: pytest.FixtureRequest, short_tmp: Path) -> Iterator[Callable[..., E2EDaemon]]:
+def start_e2e(request: pytest.FixtureRequest, short_tmp: Path,
+              new_db_url: Callable[[], str | None]) -> Iterator[Callable[..., E2EDaemon]]:
     """Factory: ``start_e2e(name, embedder=..., llm=..., config=..., log_level=..., launcher=...)``
-    → a running daemon, stopped with SIGTERM at teardown (exit 0 expected); its stderr is
-    attached to a failing test's report."""
+    → a running daemon on the test's backend, stopped with SIGTERM at teardown (exit 0
+    expected); its stderr is attached to a failing test's report."""
     handles: list[E2EDaemon] = []
     request.node.stash[DAEMONS] = list[DaemonHandle]()
 
     def make(name: str, **options: Any) -> E2EDaemon:
+        options.setdefault("db_url", new_db_url())
         handle = new_daemon(short_tmp, name, **options)
         handles.append(handle)
         request.node.stash[DAEMONS].append(handle)
@@ -105,12 +108,12 @@ def start_e2e(request: pytest.FixtureRequest, short_tmp: Path) -> Iterator[Calla
     stop_cleanly(handles)
 
 
-@pytest.fixture(scope="session")
-def embedder_daemon() -> Iterator[E2EDaemon]:
-    """One daemon with the bundled embedder and no LLM, shared by the embedding-only tests
-    (consolidate, classify); each test writes under its own agent_id."""
+@pytest.fixture(scope="module")
+def embedder_daemon(module_new_db_url: Callable[[], str | None]) -> Iterator[E2EDaemon]:
+    """One daemon with the bundled embedder and no LLM, shared by a module's embedding-only
+    tests (consolidate, classify), on each backend; each test writes under its own agent_id."""
     root = Path(tempfile.mkdtemp(prefix="md-", dir="/tmp"))
-    handle = new_daemon(root, "emb", embedder="bundled")
+    handle = new_daemon(root, "emb", embedder="bundled", db_url=module_new_db_url())
     try:
         handle.start(timeout_s=MODEL_START_TIMEOUT_S)
         yield handle

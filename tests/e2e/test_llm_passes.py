@@ -23,7 +23,7 @@ import json
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,11 +147,12 @@ class LLMWorld:
 
 
 @pytest.fixture(scope="module")
-def world() -> Iterator[LLMWorld]:
+def world(module_new_db_url: Callable[[], str | None]) -> Iterator[LLMWorld]:
+    """The module's daemon with both bundled models and its memories, on each backend."""
     require_bundled_llm()
     root = Path(tempfile.mkdtemp(prefix="md-", dir="/tmp"))
     d = new_daemon(root, "llm", embedder="bundled", llm="bundled", log_level="debug",
-                   config={"llm_timeout_s": 600.0, "model_timeout_s": 900.0})
+                   config={"llm_timeout_s": 600.0, "model_timeout_s": 900.0}, db_url=module_new_db_url())
     try:
         d.start(timeout_s=MODEL_START_TIMEOUT_S)
         source = d.write(SOURCE, agent_id=AGENT_EXTRACT)["id"]
@@ -207,6 +208,8 @@ def test_extract_derives_candidate_facts_that_cite_the_source_and_only_say_what_
     assert snapshot["source"]["status"] == "active" and snapshot["source"]["derived"] is False
 
 
+@pytest.mark.sqlite_only("reads the FTS5 index (fts5vocab), the vec0 index and the SQLite file's bytes; "
+                         "erasure on PostgreSQL is checked by tests/postgres_store/test_pg_forget.py")
 def test_retention_erases_a_forgotten_row_with_its_index_entries_and_derived_facts(world: LLMWorld) -> None:
     snapshot = world.erased()
     d = world.d
