@@ -33,6 +33,7 @@ from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
 from memoryd.store import derive, vectors
 from memoryd.store import entities as ents
+from memoryd.store.backend import backend_for
 from memoryd.store.engine import read_only
 from memoryd.store.memories import WriteContext
 from memoryd.store.schema import LIVE_STATUSES, extractions, memories
@@ -211,10 +212,12 @@ class ExtractPass(Pass):
         for fact in ex.facts:
             memory_id, outcome = derive.derive_fact(conn, source, fact, now, wctx)
             kept += memory_id is not None and outcome != "exists"
-        conn.execute(extractions.insert().prefix_with("OR REPLACE").values(
-            memory_id=source.id, content_hash=source.content_hash, extracted_at=stamp, method="llm+rules",
-            entities_kept=len(ex.entities), facts_kept=kept, dropped_ungrounded=ex.dropped_ungrounded,
-            dropped_vocabulary=ex.dropped_vocabulary))
+        values = {"content_hash": source.content_hash, "extracted_at": stamp, "method": "llm+rules",
+                  "entities_kept": len(ex.entities), "facts_kept": kept,
+                  "dropped_ungrounded": ex.dropped_ungrounded, "dropped_vocabulary": ex.dropped_vocabulary}
+        # One row per source, replaced when it is extracted again (both backends' upsert).
+        conn.execute(backend_for(conn).insert(extractions).values(memory_id=source.id, **values)
+                     .on_conflict_do_update(index_elements=[extractions.c.memory_id], set_=values))
 
 
 def canonical_entity(conn: Connection, scope: str, owner: str, found: Found, vector: np.ndarray | None,
