@@ -86,7 +86,10 @@ def _wait_finished(d: E2EDaemon, pass_name: str, targets: list[str], timeout_s: 
 
 
 def _fts_entries(d: E2EDaemon, seq: int) -> int:
-    """Terms the full-text index holds for this row (fts5vocab reads the index itself)."""
+    """Terms the full-text index holds for this row: fts5vocab reads SQLite's index itself; on
+    PostgreSQL, the lexemes of the row's generated tsvector (what its GIN index holds)."""
+    if d.db_url is not None:
+        return int(d.scalar("SELECT coalesce(length(content_tsv), 0) FROM memories WHERE seq = ?", (seq,)))
     with d.db() as conn:
         conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.e2e_vocab "
                      "USING fts5vocab(main, memories_fts, instance)")
@@ -94,9 +97,12 @@ def _fts_entries(d: E2EDaemon, seq: int) -> int:
 
 
 def _vectors(d: E2EDaemon, seq: int) -> tuple[int, int]:
-    """(durable vectors, vector-index entries) of this row."""
-    return (int(d.scalar("SELECT count(*) FROM memory_vectors WHERE memory_seq = ?", (seq,))),
-            int(d.scalar("SELECT count(*) FROM memory_vec WHERE memory_seq = ?", (seq,))))
+    """(durable vectors, vector-index entries) of this row: vec0's table on SQLite; on
+    PostgreSQL the HNSW index is over memory_vectors itself, so both count its rows."""
+    stored = int(d.scalar("SELECT count(*) FROM memory_vectors WHERE memory_seq = ?", (seq,)))
+    if d.db_url is not None:
+        return stored, stored
+    return stored, int(d.scalar("SELECT count(*) FROM memory_vec WHERE memory_seq = ?", (seq,)))
 
 
 @dataclass
