@@ -81,11 +81,13 @@ HOSTILE = [
     'deploy*', '-deploy', 'deploy -zebra', 'content:deploy', 'memories_fts:deploy', '{content}: deploy',
     '"deploy', 'deploy"', 'it\'s "deploy', '"deploy" "zebra', '""deploy""', '^deploy', 'deploy^2',
     '(deploy', 'deploy)', 'deploy OR', 'OR deploy', 'AND', 'NOT', 'NEAR', 'deploy + zebra',
-    "deploy'; DROP TABLE memories; --", 'deploy\\', 'deploy \\" zebra', 'deploy\u0000zebra',
+    "deploy'; DROP TABLE memories; --", 'deploy\\', 'deploy \\" zebra',
     'déploy naïve', 'deploy ' * 100, '_deploy_', 'deploy:*', 'rank:deploy', 'rowid deploy',
 ]
 
 
+# A NUL character is refused in every parameter, the query included (-32602 naming it:
+# tests/integration/test_protocol_errors.py), so it is not among these.
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("query", HOSTILE)
 def test_fts_syntax_in_the_query_never_errors(store: Any, query: str, mode: str) -> None:
