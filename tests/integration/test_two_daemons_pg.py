@@ -167,7 +167,8 @@ def test_three_daemons_run_each_decay_and_retention_period_once(
         start_daemon: Callable[..., DaemonHandle], pg_url: str) -> None:
     """Time-driven passes across a cluster: three daemons check the schedule every 0.2 s, the
     periods are 2 s long, and each period's tick is enqueued and run once in all (never once per
-    daemon): consecutive ticks are at least one period apart, and every tick but the last ran."""
+    daemon): consecutive ticks are at least one period apart, and every tick but the last ran.
+    (Removing the claim's interval condition gave 104 ticks in the window, 0.2 s apart.)"""
     period, window = 2.0, 16.0
     config = {**CONFIG, "tick_interval_s": 0.2, "decay_interval_s": period, "retention_interval_s": period}
     daemons = [start_daemon(f"t{i}", embedder="none", db_url=pg_url, config=config) for i in range(3)]
@@ -178,8 +179,10 @@ def test_three_daemons_run_each_decay_and_retention_period_once(
         created = [float(t) for (t,) in daemons[0].query(
             "SELECT created_at FROM jobs WHERE pass = ? AND target = 'tick' ORDER BY created_at", (name,))]
         gaps = [b - a for a, b in itertools.pairwise(created)]
-        # One tick per period: ~window / period of them; once per daemon would be three times that.
-        assert window / period - 2 <= len(created) <= window / period + 2, (name, len(created))
+        # Once per period across the three: consecutive ticks at least a period apart (once per
+        # daemon would put three in a period). The count follows from the gaps; the window runs
+        # from the first daemon's start, which a loaded machine stretches past ``window``.
+        assert len(created) >= 3, (name, created)
         assert min(gaps) >= period - 0.05, (name, gaps)
         done = int(daemons[0].scalar(
             "SELECT count(*) FROM jobs WHERE pass = ? AND target = 'tick' AND state = 'done'", (name,)))
