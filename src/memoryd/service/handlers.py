@@ -100,7 +100,6 @@ class Dispatcher:
                     ) -> tuple[WriteUnit, Callable[[Any], Any]]:
         """The unit a write method queues, and how its committed outcome becomes the answer.
         ``admin``: the request came in on the operator socket (an item may carry ``restore``)."""
-        validation.refuse_nul(params)
         if method == "memory.write":
             item = validation.parse_write(params, self.cfg, admin=admin)
             return WriteUnit([item], peer.actor), lambda results: results[0]
@@ -112,6 +111,7 @@ class Dispatcher:
         """The socket's fast path for WRITE_METHODS: validate and queue now, and call
         ``answer`` (with the result, or the MemorydError) on the loop after the commit.
         Bad input or a full queue raises at once and queues nothing."""
+        validation.refuse_nul(params)  # what dispatch() checks for every other path
         unit, shape = self._write_unit(method, params, peer, admin)
         self.committer.submit_callback(
             unit, lambda outcome: answer(outcome if isinstance(outcome, MemorydError) else shape(outcome)))
