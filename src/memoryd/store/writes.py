@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from memoryd.errors import MemorydError, StoreUnavailable
 from memoryd.passes import failures
 from memoryd.store.backend import backend_for
-from memoryd.store.groupwrite import is_plain, write_plain
+from memoryd.store.groupwrite import identity, is_plain, write_plain
 from memoryd.store.memories import NewMemory, WriteContext, record_access, write_memory
 
 log = structlog.get_logger(__name__)
@@ -100,7 +100,7 @@ def _identities(units: Sequence[WriteUnit]) -> set[str]:
     names = set()
     for unit in units:
         for item in unit.items:
-            names.add(f"content\0{item.scope}\0{item.owner}\0{item.hash}")
+            names.add("\0".join(("content", *identity(item))))
             if item.idempotency_key is not None:
                 names.add(f"key\0{item.scope}\0{item.owner}\0{item.idempotency_key}")
     return names
