@@ -33,6 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.postgres import start_server, stop_server
+from tests.unit.helpers import build_memory
 
 from _harness import banner, latency_summary, parser, print_table, save
 
@@ -44,7 +45,6 @@ def series(url: str, window_s: float, locked: bool) -> dict[str, Any]:
     from memoryd.clock import utcnow
     from memoryd.passes.registry import ON_WRITE
     from memoryd.store import audit
-    from memoryd.store import memories as mem
     from memoryd.store.engine import create_store_engine, read_only
     from memoryd.store.migrate import upgrade
     from memoryd.store.postgres.backend import PostgresBackend
@@ -65,10 +65,7 @@ def series(url: str, window_s: float, locked: bool) -> dict[str, Any]:
         n = 0
         try:
             while time.monotonic() < stop_at:
-                params = {"content": f"writer {slot} note {n}", "scope": "agent", "kind": "fact",
-                          "agent_id": owner}
-                item = mem.NewMemory(content=params["content"], kind="fact", scope="agent", owner=owner,
-                                     agent_id=owner, request_hash=mem.request_hash(params))
+                item = build_memory(f"writer {slot} note {n}", owner=owner)
                 t0 = time.perf_counter()
                 commit_units(engine, [WriteUnit([item], actor=owner)], ctx, utcnow())
                 lat[slot].append(time.perf_counter() - t0)
