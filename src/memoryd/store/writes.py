@@ -10,7 +10,7 @@ ride along in the same transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -94,16 +94,14 @@ def commit_units(engine: Engine, units: Sequence[WriteUnit], ctx: WriteContext, 
     return outcomes
 
 
-def _identities(units: Sequence[WriteUnit]) -> set[str]:
+def _identities(units: Sequence[WriteUnit]) -> Iterator[str]:
     """What the units' writes are checked against: each item's content under its owner, and
-    its idempotency key."""
-    names = set()
+    its idempotency key. A generator: a backend that needs no locks (SQLite) never hashes."""
     for unit in units:
         for item in unit.items:
-            names.add("\0".join(("content", *identity(item))))
+            yield "\0".join(("content", *identity(item)))
             if item.idempotency_key is not None:
-                names.add(f"key\0{item.scope}\0{item.owner}\0{item.idempotency_key}")
-    return names
+                yield f"key\0{item.scope}\0{item.owner}\0{item.idempotency_key}"
 
 
 def _plain_group(conn: Connection, units: Sequence[WriteUnit], now: datetime,
