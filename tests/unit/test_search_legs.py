@@ -216,3 +216,38 @@ def test_pending_embeds_probes_open_embed_jobs(engine: Engine) -> None:
         jobq.enqueue_many(conn, [("embed", "mem_x")], now=0.0, max_attempts=3)
     with read_only(engine) as conn:
         assert search.pending_embeds(conn) is True
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["no-stats", "analyzed"])
+def test_the_legs_look_rows_up_by_key(crowded_lexical: tuple[Engine, set[str]], analyzed: bool) -> None:
+    """The candidate check (each leg's hits against scope, status and time) and the lexical
+    leg's one statement visit memories by rowid, one lookup per hit. Left to choose, SQLite's
+    planner walked ix_memories_status per hit (no statistics) or every row of the reader by
+    ix_memories_identity (after ANALYZE) instead. Checked on the query plan, not the clock."""
+    engine, _mine = crowded_lexical
+    if analyzed:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("ANALYZE")
+    req = search.SearchRequest(query="deploy", k=10, reader=Reader(agent_id="me"))
+    plans = {}
+    with read_only(engine) as conn:
+        assert search.lexical(conn, req, NOW_S, 10)
+        assert search.candidates(conn, req, NOW_S, [1, 2, 3]) is not None
+        for key, stmt in prepared_statements(conn, ("search.lexical", "search.candidates")).items():
+            values = {"match": '"deploy"', "fetch": 200, "now": NOW_S, "seqs": "[1, 2, 3]"}
+            args = tuple(values.get(n, stmt.defaults.get(n)) for n in stmt.names or ())
+            plans[key] = " | ".join(str(r[-1]) for r in conn.exec_driver_sql(
+                "EXPLAIN QUERY PLAN " + stmt.sql, args))
+    assert set(plans) == {"search.lexical", "search.candidates"}
+    for key, plan in plans.items():
+        assert "SEARCH memories USING INTEGER PRIMARY KEY (rowid=?)" in plan, (key, plan)
+        assert "ix_memories" not in plan, (key, plan)
+    assert "MATERIALIZE hits" in plans["search.lexical"]  # FTS5 ranks its matches once, first
+
+
+def prepared_statements(conn: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The compiled statements cached under ``names`` for this connection's dialect."""
+    from memoryd.store import prepared
+
+    return {key[1][0]: stmt for key, stmt in list(prepared._cache.items())
+            if key[0] == conn.dialect.name and isinstance(key[1], tuple) and key[1][0] in names}

@@ -47,6 +47,18 @@ class Peer:
         return f"peer:uid={self.uid},pid={self.pid}"
 
 
+def _settle(future: Future[Any], fn: Callable[..., Any], *args: Any) -> None:
+    """Run ``fn`` into ``future`` (as an executor's work item does), unless it was cancelled
+    first: a search's vector leg, made before it is submitted so the lexical leg can be
+    handed it and submitted first."""
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(fn(*args))
+    except BaseException as exc:
+        future.set_exception(exc)
+
+
 class Dispatcher:
     """Routes requests to handlers; reads run on a thread pool, writes go to group commit."""
 
@@ -156,11 +168,16 @@ class Dispatcher:
     async def memory_search(self, params: dict[str, Any], peer: Peer) -> Any:
         req = validation.parse_search(params, self.cfg)
         now = utcnow()
-        # A hybrid search's vector leg (the query's embedding, then the KNN) starts on its own
-        # thread and connection now, beside the lexical leg's thread (SQLite releases the GIL
-        # as it searches); both threads are woken together.
-        ahead = self.vector_side.submit(self._vector_leg, req, now) if req.mode == "hybrid" else None
-        result = await self._read(self._search_sync, req, now, ahead)
+        # A hybrid search's vector leg (the query's embedding, then the KNN) runs on its own
+        # thread and connection, beside the lexical leg's (SQLite releases the GIL as it
+        # searches). The lexical thread is woken first: the answer waits on it, and its
+        # full-text query releases the GIL sooner than the vector leg's set-up does.
+        ahead: Future[search.VectorLeg] | None = Future() if req.mode == "hybrid" else None
+        lexical = asyncio.get_running_loop().run_in_executor(
+            self.readers, self._search_sync, req, now, ahead)
+        if ahead is not None:
+            self.vector_side.submit(_settle, ahead, self._vector_leg, req, now)
+        result = await lexical
         self.committer.note_access([r["id"] for r in result["results"]])
         return result
 

@@ -50,13 +50,14 @@ class Backend(ABC):
         ``on_conflict_do_update`` (both dialects spell them alike)."""
 
     @abstractmethod
-    def seq_in(self, column: ColumnElement[Any], name: str) -> ColumnElement[bool]:
-        """``column`` is in the set of integers bound as parameter ``name`` (one parameter
-        whatever the set's size, so the statement compiles once)."""
+    def by_seq(self, columns: Sequence[ColumnElement[Any]], name: str) -> Select[Any]:
+        """SELECT ``columns`` (of ``memories``) of the rows whose seq is in the set of integers
+        bound as parameter ``name``, each row looked up by its key. One parameter whatever the
+        set's size, so the statement compiles once; add conditions with ``.where``."""
 
     @abstractmethod
     def seq_values(self, seqs: Sequence[int]) -> Any:
-        """The driver value for a :meth:`seq_in` parameter."""
+        """The driver value for a :meth:`by_seq` parameter."""
 
     @abstractmethod
     def lock_claim(self, pick: Select[Any]) -> Select[Any]:

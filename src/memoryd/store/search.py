@@ -195,6 +195,8 @@ class VectorLeg:
     vec: np.ndarray | None
     rows: list[dict[str, Any]] | None = None
     partial: bool = False
+    #: Whether an embed job was open, probed on the leg's connection (None: not probed).
+    embeds_pending: bool | None = None
 
 
 def leg_limit(req: SearchRequest) -> int:
@@ -203,9 +205,11 @@ def leg_limit(req: SearchRequest) -> int:
 
 
 def vector_leg(conn: Connection, req: SearchRequest, now: datetime, vec: np.ndarray) -> VectorLeg:
-    """The vector leg alone, for running beside the lexical leg on another connection."""
+    """The vector leg alone, for running beside the lexical leg on another connection, with
+    the probe for open embed jobs (the leg's own notice), so the lexical thread, which the
+    answer waits on, does not run it."""
     rows, partial = vector(conn, req, to_rfc3339(now), vec, leg_limit(req))
-    return VectorLeg(vec, rows, partial)
+    return VectorLeg(vec, rows, partial, pending_embeds(conn))
 
 
 VectorSource = np.ndarray | Callable[[], "np.ndarray | VectorLeg | None"] | None
@@ -257,7 +261,8 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
                 f"vector leg partial: fewer than {want} rows passed the time filters among the "
                 f"{backend_for(conn).max_knn} nearest"
             )
-        if pending_embeds(conn):
+        probed = ahead.embeds_pending if ahead is not None else None
+        if probed if probed is not None else pending_embeds(conn):
             missing = vectors.count_unembedded(conn, row_filter(req, now_s))
             if missing:
                 notices.append(f"{missing} matching memories are not embedded yet; "
@@ -290,8 +295,7 @@ def hydrate(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]
     if not rows:
         return rows
     backend = backend_for(conn)
-    stmt = prepared.prepare(conn, "search.hydrate", lambda: select(memories).where(
-        backend.seq_in(memories.c.seq, "seqs")))
+    stmt = prepared.prepare(conn, "search.hydrate", lambda: backend.by_seq(tuple(memories.c), "seqs"))
     full = {}
     for values in prepared.fetch(conn, stmt, {"seqs": backend.seq_values([row["seq"] for row in rows])}):
         row = dict(zip(_MEMORY_NAMES, values, strict=True))

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import BindParameter, ColumnElement, Connection, String, and_, bindparam, or_, select
+from sqlalchemy import BindParameter, ColumnElement, Connection, String, and_, bindparam, or_
 
 from memoryd.store import prepared
 from memoryd.store.backend import backend_for
@@ -121,6 +121,11 @@ def row_filter(req: SearchRequest, now: str | BindParameter[str]) -> ColumnEleme
     return and_(*conds)
 
 
+def filter_shape(req: SearchRequest) -> tuple[Any, ...]:
+    """What a statement compiled with :func:`row_filter` depends on: its cache key."""
+    return (req.reader, req.scope, tuple(statuses_for(req)), req.as_of, req.valid_at, req.kind)
+
+
 def candidates(conn: Connection, req: SearchRequest, now: str, seqs: Sequence[int]) -> list[dict[str, Any]]:
     """The CANDIDATE columns of those of ``seqs`` that pass the request's filters.
 
@@ -133,8 +138,7 @@ def candidates(conn: Connection, req: SearchRequest, now: str, seqs: Sequence[in
     if not seqs:
         return []
     backend = backend_for(conn)
-    shape = (req.reader, req.scope, tuple(statuses_for(req)), req.as_of, req.valid_at, req.kind)
-    stmt = prepared.prepare(conn, ("search.candidates", shape), lambda: select(*CANDIDATE).where(
-        backend.seq_in(memories.c.seq, "seqs"), row_filter(req, bindparam("now", "", type_=String))))
+    stmt = prepared.prepare(conn, ("search.candidates", filter_shape(req)), lambda: backend.by_seq(
+        CANDIDATE, "seqs").where(row_filter(req, bindparam("now", "", type_=String))))
     rows = prepared.fetch(conn, stmt, {"seqs": backend.seq_values(seqs), "now": now})
     return [dict(zip(_CANDIDATE_NAMES, row, strict=True)) for row in rows]

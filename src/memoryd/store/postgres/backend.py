@@ -16,12 +16,14 @@ from sqlalchemy import (
     Table,
     any_,
     bindparam,
+    select,
     text,
 )
 from sqlalchemy.dialects import postgresql
 
 from memoryd.store.backend import Backend, Stoppable
 from memoryd.store.postgres import lexical, notify, server, vectors
+from memoryd.store.schema import memories
 
 if TYPE_CHECKING:
     import numpy as np
@@ -53,9 +55,9 @@ class PostgresBackend(Backend):
     def insert(self, table: Table) -> postgresql.Insert:
         return postgresql.insert(table)
 
-    def seq_in(self, column: ColumnElement[Any], name: str) -> ColumnElement[bool]:
-        # = ANY(array): one parameter whatever the number of seqs.
-        return column == any_(bindparam(name, [], type_=ARRAY(BigInteger)))
+    def by_seq(self, columns: Sequence[ColumnElement[Any]], name: str) -> Select[Any]:
+        # = ANY(array): one parameter whatever the number of seqs (the primary key's index).
+        return select(*columns).where(memories.c.seq == any_(bindparam(name, [], type_=ARRAY(BigInteger))))
 
     def seq_values(self, seqs: Sequence[int]) -> Any:
         return [int(s) for s in seqs]

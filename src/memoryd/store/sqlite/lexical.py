@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, func, literal_column, select, table, text
+from sqlalchemy import Connection, Integer, String, bindparam, func, literal_column, select, table, text
 
+from memoryd.store import prepared
 from memoryd.store.schema import memories
-from memoryd.store.search_request import CANDIDATE, SearchRequest, candidates, query_terms, row_filter
+from memoryd.store.search_request import CANDIDATE, SearchRequest, filter_shape, query_terms, row_filter
+from memoryd.store.sqlite.crossjoin import CrossJoin
 
 #: The lexical leg checks the best max(limit x LEX_OVERFETCH, LEX_MIN_FETCH) full-text matches
 #: against the filters first, and fetches more only when too few pass.
@@ -16,10 +18,6 @@ LEX_MIN_FETCH = 200
 LEX_MAX_FETCH = 12_800
 
 fts = table("memories_fts", literal_column("rowid"))
-
-_RANKED = ("SELECT rowid, bm25(memories_fts) FROM memories_fts WHERE memories_fts MATCH ? "
-           "ORDER BY bm25(memories_fts) LIMIT ?")
-
 
 def fts_match(query: str) -> str | None:
     """A safe FTS5 MATCH expression for user text, or None if it has no words.
@@ -40,29 +38,58 @@ def fts_match(query: str) -> str | None:
 def lexical(conn: Connection, req: SearchRequest, now: str, limit: int) -> list[dict[str, Any]]:
     """Rows matching the query by FTS5, best BM25 first, with ``bm25`` (higher is better).
 
-    FTS5 ranks its matches alone first (the cost of the bare MATCH), and the
-    best ``fetch`` of them are checked against scope, status and time with one
-    lookup by key. When fewer than ``limit`` pass, it fetches more (eight
-    times as many each round) until enough pass or the matches run out; past
-    LEX_MAX_FETCH it runs the exhaustive join instead. Never a fixed cut
-    filtered in silence.
+    One statement: FTS5 ranks its matches alone (the cost of the bare MATCH),
+    and the best ``fetch`` of them are checked against scope, status and time,
+    one lookup by key each. When fewer than ``limit`` pass and the matches did
+    not run out, it fetches more (eight times as many each round) until
+    enough pass; past LEX_MAX_FETCH it runs the exhaustive join instead. Never
+    a fixed cut filtered in silence.
     """
     match = fts_match(req.query)
     if match is None:
         return []
+    stmt = prepared.prepare(conn, ("search.lexical", filter_shape(req)), lambda: _ranked_rows(req))
     fetch = max(limit * LEX_OVERFETCH, LEX_MIN_FETCH)
     while fetch <= LEX_MAX_FETCH:
-        hits = conn.exec_driver_sql(_RANKED, (match, fetch)).all()
-        rank = {int(seq): float(r) for seq, r in hits}
-        found = candidates(conn, req, now, list(rank))
-        for row in found:
-            row["bm25"] = -rank[row["seq"]]
-        found.sort(key=lambda r: -r["bm25"])
-        if len(found) >= limit or len(hits) < fetch:
-            return found[:limit]
+        rows = prepared.fetch(conn, stmt, {"match": match, "fetch": fetch, "now": now})
+        found = [dict(zip(_ROW_NAMES, row, strict=True)) for row in rows[:limit]]
+        if len(rows) >= limit or not _more_matches(conn, match, fetch):
+            return found
         fetch *= 8
-    stmt = lexical_statement(req, now, limit)
-    return [dict(r._mapping) for r in conn.execute(stmt)]
+    return [dict(r._mapping) for r in conn.execute(lexical_statement(req, now, limit))]
+
+
+_ROW_NAMES = (*(c.name for c in CANDIDATE), "bm25")
+
+
+def _ranked_rows(req: SearchRequest) -> Any:
+    """The best ``:fetch`` full-text matches (a MATERIALIZED CTE, ranked by FTS5 alone), then
+    those of them that pass the request's filters, each looked up by key (CROSS JOIN: the
+    matches are the outer loop), best first. Bound: ``:match``, ``:fetch``, ``:now``."""
+    hits = (
+        select(literal_column("rowid").label("seq"),
+               func.bm25(literal_column("memories_fts")).label("rank"))
+        .select_from(fts)
+        .where(text("memories_fts MATCH :match").bindparams(bindparam("match", "", type_=String)))
+        .order_by(func.bm25(literal_column("memories_fts")))
+        .limit(bindparam("fetch", 0, type_=Integer))
+        .cte("hits")
+        .prefix_with("MATERIALIZED")
+    )
+    return (
+        select(*CANDIDATE, (-hits.c.rank).label("bm25"))
+        .select_from(CrossJoin(hits, memories, memories.c.seq == hits.c.seq))
+        .where(row_filter(req, bindparam("now", "", type_=String)))
+        .order_by(hits.c.rank)
+    )
+
+
+def _more_matches(conn: Connection, match: str, fetch: int) -> bool:
+    """Whether the query matches more than ``fetch`` rows (the ranked fetch was a cut)."""
+    return conn.exec_driver_sql(_MATCHES_PAST, (match, fetch)).first() is not None
+
+
+_MATCHES_PAST = "SELECT 1 FROM memories_fts WHERE memories_fts MATCH ? LIMIT 1 OFFSET ?"
 
 
 def lexical_statement(req: SearchRequest, now: str, limit: int) -> Any:
