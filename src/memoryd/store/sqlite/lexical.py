@@ -63,9 +63,14 @@ _ROW_NAMES = (*(c.name for c in CANDIDATE), "bm25")
 
 
 def _ranked_rows(req: SearchRequest) -> Any:
-    """The best ``:fetch`` full-text matches (a MATERIALIZED CTE, ranked by FTS5 alone), then
-    those of them that pass the request's filters, each looked up by key (CROSS JOIN: the
-    matches are the outer loop), best first. Bound: ``:match``, ``:fetch``, ``:now``."""
+    """The best ``:fetch`` full-text matches (a subquery ranked by FTS5 alone, which its LIMIT
+    keeps SQLite from flattening: it runs as a co-routine), then those of them that pass the
+    request's filters, each looked up by key (CROSS JOIN: the matches are the outer loop),
+    best first. Bound: ``:match``, ``:fetch``, ``:now``.
+
+    Measured against the bare ranked MATCH, paired query by query in process: +0.41 ms at
+    100k memories and +0.37 ms at 10k; as a MATERIALIZED CTE, +1.87 and +0.62 ms; as the
+    ranked MATCH then a second statement for the filter lookup, +0.60 and +0.55 ms."""
     hits = (
         select(literal_column("rowid").label("seq"),
                func.bm25(literal_column("memories_fts")).label("rank"))
@@ -73,8 +78,7 @@ def _ranked_rows(req: SearchRequest) -> Any:
         .where(text("memories_fts MATCH :match").bindparams(bindparam("match", "", type_=String)))
         .order_by(func.bm25(literal_column("memories_fts")))
         .limit(bindparam("fetch", 0, type_=Integer))
-        .cte("hits")
-        .prefix_with("MATERIALIZED")
+        .subquery("hits")
     )
     return (
         select(*CANDIDATE, (-hits.c.rank).label("bm25"))
