@@ -13,10 +13,10 @@ over the socket:
 * in the same run, interleaved query by query (in an order that rotates from
   one query to the next), the raw FTS5 MATCH query
   (the daemon's own MATCH expression and first fetch size) and the raw
-  sqlite-vec KNN queries (its first fetch: the visible owners' ids, then one
-  query per owner in its bucket partition with owner_id and status filtered
-  inside the scan, k = 40, merged), issued directly through
-  memoryd.store.driver with sqlite_vec loaded.
+  sqlite-vec KNN query (the daemon's first fetch, one statement: the visible
+  owners' rows of vector_owners, each owner's bucket partition searched with
+  owner_id and status filtered inside the scan, k = 40, merged), issued
+  directly through memoryd.store.driver with sqlite_vec loaded.
 
 The benchmark first lowers its own priority to the daemon's (config ``nice``,
 10 by default, and the idle IO class; _harness.match_daemon_priority, as
@@ -172,21 +172,19 @@ class Raw:
         return len(self.knn_seqs(vec))
 
     def knn_seqs(self, vec: np.ndarray) -> list[int]:
-        """The daemon's KNN (store/vectors.knn): the visible owners' ids, then one query per
-        owner in its bucket with owner_id and status filtered inside the scan, merged, cut to k."""
+        """The daemon's KNN (store/sqlite/vectors.knn): one statement, the visible owners' rows
+        of vector_owners as the outer loop, each owner's bucket searched with owner_id and
+        status filtered inside the scan, merged and cut to k."""
         from memoryd.store.vectors import BUCKETS
 
         blob = vec.astype("<f4").tobytes()
-        owners = self.conn.execute("SELECT id FROM vector_owners WHERE scope_key IN (?, ?, ?)",
-                                   tuple(self.keys)).fetchall()
-        rows = []
-        for (oid,) in owners:
-            rows += self.conn.execute(
-                "SELECT memory_seq, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? "
-                "AND bucket = ? AND owner_id = ? AND status IN ('active')",
-                (blob, KNN_FETCH, oid % BUCKETS, oid)).fetchall()
-        rows.sort(key=lambda r: r[1])
-        return [seq for seq, _ in rows[:KNN_FETCH]]
+        rows = self.conn.execute(
+            "SELECT v.memory_seq, v.distance FROM vector_owners AS o CROSS JOIN memory_vec AS v "
+            f"ON v.bucket = o.id % {BUCKETS} AND v.owner_id = o.id "
+            "WHERE o.scope_key IN (?, ?, ?) AND v.embedding MATCH ? AND v.k = ? "
+            "AND v.status IN ('active') ORDER BY v.distance LIMIT ?",
+            (*self.keys, blob, KNN_FETCH, KNN_FETCH)).fetchall()
+        return [seq for seq, _ in rows]
 
     def lexical_fts_first(self, query: str) -> int:
         """Prototype: the daemon's lexical leg (join, scope, status, expiry) with FTS5 as the

@@ -92,30 +92,27 @@ def knn(conn: Connection, query: np.ndarray, *, k: int, scope_keys: Sequence[str
         statuses: Sequence[str], kind: str | None) -> list[tuple[int, float]]:
     """vec0 KNN: each visible ``scope:owner`` key is searched in its own bucket with its
     ``owner_id``, status and kind applied inside the scan, and the per-owner top-k lists
-    are merged."""
+    are merged.
+
+    One statement: ``vector_owners`` is the outer loop of a CROSS JOIN, and each of its rows
+    hands vec0 its bucket and owner_id as constraints, so ``k`` applies per owner as it
+    would in a query per owner. On the driver: through Connection.execute, the statement's
+    compile and result plumbing cost about as much as the scan of a small partition.
+    """
     keys = list(dict.fromkeys(scope_keys))
     if not keys or k <= 0:
         return []
     k = min(k, MAX_KNN)
-    owners = conn.exec_driver_sql(
-        f"SELECT id FROM vector_owners WHERE scope_key IN ({', '.join('?' * len(keys))})",
-        tuple(keys)).all()
-    if not owners:
-        return []
-    sql = ("SELECT memory_seq, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? "
-           f"AND bucket = ? AND owner_id = ? AND status IN ({', '.join('?' * len(statuses))})")
-    tail: tuple[str, ...] = tuple(statuses)
+    sql = ("SELECT v.memory_seq, v.distance FROM vector_owners AS o CROSS JOIN memory_vec AS v "
+           f"ON v.bucket = o.id % {BUCKETS} AND v.owner_id = o.id "
+           f"WHERE o.scope_key IN ({', '.join('?' * len(keys))}) AND v.embedding MATCH ? AND v.k = ? "
+           f"AND v.status IN ({', '.join('?' * len(statuses))})")
+    params: tuple[Any, ...] = (*keys, to_blob(query), k, *statuses)
     if kind:
-        sql += " AND kind = ?"
-        tail += (kind,)
-    blob = to_blob(query)
-    hits: list[tuple[int, float]] = []
-    for (owner_id,) in owners:
-        # On the driver: through Connection.execute, the statement's compile and result
-        # plumbing cost about as much as the scan of a small partition.
-        hits.extend(conn.exec_driver_sql(sql, (blob, k, owner_id % BUCKETS, owner_id, *tail)).all())
-    hits.sort(key=lambda h: h[1])
-    return hits[:k]
+        sql += " AND v.kind = ?"
+        params += (kind,)
+    sql += " ORDER BY v.distance LIMIT ?"
+    return [(int(seq), float(d)) for seq, d in conn.exec_driver_sql(sql, (*params, k)).all()]
 
 
 def rebuild_index(conn: Connection, dim: int) -> None:
