@@ -81,14 +81,20 @@ def _classify_jobs(d: E2EDaemon, ids: list[str]) -> dict[str, tuple[Any, ...]]:
     return {r[0]: r[1:] for r in rows}
 
 
+def _all_done(jobs: dict[str, tuple[Any, ...]], ids: list[str]) -> bool:
+    """Every one of ``ids`` has a classify job, and all are done: judged on one read of the
+    queue. (Two reads let CI return early: the first saw no jobs yet, all() of nothing was
+    true, and the second counted the jobs the embed pass had just enqueued, still ready.)"""
+    return len(jobs) == len(ids) and all(job[0] == "done" for job in jobs.values())
+
+
 @pytest.fixture(scope="module")
 def default_run(embedder_daemon: E2EDaemon) -> dict[str, dict[str, Any]]:
     """The labelled notes classified with the default configuration: text -> memory.get."""
     d = embedder_daemon
     by_text = _write_labelled(d, "e2e-classify", KINDS)
     ids = list(by_text.values())
-    wait_until(lambda: all(job[0] == "done" for job in _classify_jobs(d, ids).values())
-               and len(_classify_jobs(d, ids)) == len(ids),
+    wait_until(lambda: _all_done(_classify_jobs(d, ids), ids),
                timeout_s=CLASSIFY_TIMEOUT_S, interval_s=0.5, message="classify to finish the labelled notes")
     return {text: get(d, memory_id) for text, memory_id in by_text.items()}
 
