@@ -175,16 +175,10 @@ class Raw:
         """The daemon's KNN (store/sqlite/vectors.knn): one statement, the visible owners' rows
         of vector_owners as the outer loop, each owner's bucket searched with owner_id and
         status filtered inside the scan, merged and cut to k."""
-        from memoryd.store.vectors import BUCKETS
+        from memoryd.store.sqlite.vectors import knn_query
 
-        blob = vec.astype("<f4").tobytes()
-        rows = self.conn.execute(
-            "SELECT v.memory_seq, v.distance FROM vector_owners AS o CROSS JOIN memory_vec AS v "
-            f"ON v.bucket = o.id % {BUCKETS} AND v.owner_id = o.id "
-            "WHERE o.scope_key IN (?, ?, ?) AND v.embedding MATCH ? AND v.k = ? "
-            "AND v.status IN ('active') ORDER BY v.distance LIMIT ?",
-            (*self.keys, blob, KNN_FETCH, KNN_FETCH)).fetchall()
-        return [seq for seq, _ in rows]
+        sql, params = knn_query(vec, k=KNN_FETCH, scope_keys=self.keys, statuses=["active"], kind=None)
+        return [seq for seq, _ in self.conn.execute(sql, params).fetchall()]
 
     def lexical_fts_first(self, query: str) -> int:
         """Prototype: the daemon's lexical leg (join, scope, status, expiry) with FTS5 as the

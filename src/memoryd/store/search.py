@@ -261,8 +261,10 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
                 f"vector leg partial: fewer than {want} rows passed the time filters among the "
                 f"{backend_for(conn).max_knn} nearest"
             )
-        probed = ahead.embeds_pending if ahead is not None else None
-        if probed if probed is not None else pending_embeds(conn):
+        embeds_pending = ahead.embeds_pending if ahead is not None else None
+        if embeds_pending is None:  # not probed on the vector leg's thread
+            embeds_pending = pending_embeds(conn)
+        if embeds_pending:
             missing = vectors.count_unembedded(conn, row_filter(req, now_s))
             if missing:
                 notices.append(f"{missing} matching memories are not embedded yet; "

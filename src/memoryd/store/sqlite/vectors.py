@@ -102,17 +102,23 @@ def knn(conn: Connection, query: np.ndarray, *, k: int, scope_keys: Sequence[str
     keys = list(dict.fromkeys(scope_keys))
     if not keys or k <= 0:
         return []
-    k = min(k, MAX_KNN)
+    sql, params = knn_query(query, k=min(k, MAX_KNN), scope_keys=keys, statuses=statuses, kind=kind)
+    return [(int(seq), float(d)) for seq, d in conn.exec_driver_sql(sql, params).all()]
+
+
+def knn_query(query: np.ndarray, *, k: int, scope_keys: Sequence[str], statuses: Sequence[str],
+              kind: str | None) -> tuple[str, tuple[Any, ...]]:
+    """The SQL and driver parameters of :func:`knn`'s one statement (bench/search.py times the
+    same statement as its raw baseline)."""
     sql = ("SELECT v.memory_seq, v.distance FROM vector_owners AS o CROSS JOIN memory_vec AS v "
            f"ON v.bucket = o.id % {BUCKETS} AND v.owner_id = o.id "
-           f"WHERE o.scope_key IN ({', '.join('?' * len(keys))}) AND v.embedding MATCH ? AND v.k = ? "
-           f"AND v.status IN ({', '.join('?' * len(statuses))})")
-    params: tuple[Any, ...] = (*keys, to_blob(query), k, *statuses)
+           f"WHERE o.scope_key IN ({', '.join('?' * len(scope_keys))}) AND v.embedding MATCH ? "
+           f"AND v.k = ? AND v.status IN ({', '.join('?' * len(statuses))})")
+    params: tuple[Any, ...] = (*scope_keys, to_blob(query), k, *statuses)
     if kind:
         sql += " AND v.kind = ?"
         params += (kind,)
-    sql += " ORDER BY v.distance LIMIT ?"
-    return [(int(seq), float(d)) for seq, d in conn.exec_driver_sql(sql, (*params, k)).all()]
+    return sql + " ORDER BY v.distance LIMIT ?", (*params, k)
 
 
 def rebuild_index(conn: Connection, dim: int) -> None:
