@@ -67,11 +67,11 @@ def status_renderable(s: dict[str, Any], rates: dict[str, float] | None = None,
     columns = ["pass", "state", "ready", "failed", "leased", "dead", "oldest", "done", "errors",
                "ms/batch", "last run"]
     if rates is not None:
-        columns.insert(8, "rate/s")
+        columns.insert(columns.index("errors"), "rate/s")
+    if narrow:
+        columns = [col for col in columns if col not in SECONDARY_PASS_COLUMNS]
     longest = max((len(name) for name in s["passes"]), default=4)
     for col in columns:
-        if narrow and col in SECONDARY_PASS_COLUMNS:
-            continue
         if col == "pass":
             table.add_column(col, no_wrap=True, min_width=longest)
         elif col == "state":
@@ -81,18 +81,16 @@ def status_renderable(s: dict[str, Any], rates: dict[str, float] | None = None,
     for name, p in s["passes"].items():
         q = s["queues"].get(name, {})
         state = p["state"] if not p.get("reason") else f"{p['state']}: {p['reason']}"
-        cells = [
-            name, state[:48], str(q.get("ready", 0)), str(q.get("failed", 0)),
-            str(q.get("leased", 0)), str(q.get("dead", 0)), _age(q.get("oldest_ready_age_s")),
-            str(p["processed_total"]), str(p["errors_total"]),
-            "-" if p["mean_batch_ms"] is None else f"{p['mean_batch_ms']:.0f}",
-            _when(p["last_run_at"]),
-        ]
-        if rates is not None:
-            cells.insert(8, f"{rates.get(name, 0.0):.1f}")
-        if narrow:
-            cells = [c for col, c in zip(columns, cells, strict=True) if col not in SECONDARY_PASS_COLUMNS]
-        table.add_row(*cells)
+        cells = {
+            "pass": name, "state": state[:48], "ready": str(q.get("ready", 0)),
+            "failed": str(q.get("failed", 0)), "leased": str(q.get("leased", 0)),
+            "dead": str(q.get("dead", 0)), "oldest": _age(q.get("oldest_ready_age_s")),
+            "done": str(p["processed_total"]), "errors": str(p["errors_total"]),
+            "rate/s": f"{(rates or {}).get(name, 0.0):.1f}",
+            "ms/batch": "-" if p["mean_batch_ms"] is None else f"{p['mean_batch_ms']:.0f}",
+            "last run": _when(p["last_run_at"]),
+        }
+        table.add_row(*(cells[col] for col in columns))
     parts.append(table)
     models = Table(title="models", title_justify="left")
     for col in ("model", "enabled", "loaded", "path", "error"):
