@@ -403,8 +403,9 @@ def content_query(query: str) -> str:
 
 
 def prototypes(db: Path, encoder: Any, qs: list[str]) -> dict[str, Any]:
-    """Time alternative index queries on the same store: a stop-word-free MATCH, and
-    binary-quantised vectors rescored exactly (the shipped KNN, owners bucketed into partitions
+    """Time alternative index queries on the same store: a stop-word-free MATCH, the lexical
+    leg as FTS CROSS JOIN memories and as a MATERIALIZED CTE, and binary-quantised vectors
+    rescored exactly (the shipped KNN, owners bucketed into partitions
     since migration 0007, is the reference)."""
     from sqlalchemy import text
 
@@ -500,6 +501,8 @@ def main() -> None:
                    help="build the stores and time only the in-process prototypes (no daemon)")
     p.add_argument("--name", default="search", help="results file name (bench/results/NAME.json)")
     args = p.parse_args()
+    if args.rounds < 1:
+        p.error(f"--rounds must be at least 1 (got {args.rounds})")
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else (
         [2000, 10000] if args.quick else [10000, 100000])
     n_queries = args.queries or (20 if args.quick else 60)
@@ -534,7 +537,7 @@ def main() -> None:
                     daemon.stop()
                     daemon = start_daemon(root, data_dir, f"e{size}")
                 m = measure(daemon, data_dir / "memoryd.db", encoder, n_queries, seed=100 + i,
-                            skip_lexical=slow, rounds=max(1, args.rounds))
+                            skip_lexical=slow, rounds=args.rounds)
             finally:
                 daemon.stop()
             m["lexical_probe_s"] = probe
