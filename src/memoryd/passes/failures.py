@@ -14,10 +14,12 @@ Three kinds of failure, decided here once for every pass:
   wrong dimension) therefore ends instead of looping every two seconds.
 
 Error strings are stored in ``jobs.last_error``, shown in status and logged,
-so they must never carry memory text. :func:`describe` builds them from the
-exception's class and a message whose quoted literals are cut out; the
-engine is created with ``hide_parameters=True`` so SQLAlchemy's messages
-carry no bound values either.
+so they must never carry memory text, nor a credential from a configured URL
+(an LLM server's ``http://user:token@host``). :func:`describe` builds them
+from the exception's class and a message whose URLs are masked
+(memoryd/masking.py) and whose quoted literals are cut out; the engine is
+created with ``hide_parameters=True`` so SQLAlchemy's messages carry no bound
+values either.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Literal
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from memoryd.errors import PassUnavailable
+from memoryd.masking import mask_url
 
 Kind = Literal["unavailable", "transient", "permanent"]
 
@@ -75,10 +78,13 @@ def describe(exc: BaseException) -> str:
     """A content-free one-line description of ``exc`` for ``last_error``, status and logs.
 
     For store errors only the driver's own message is kept (never the SQL's
-    parameters); for any message, quoted literals of 12 characters or more
-    (where an answer or a memory's words would be) are replaced by ``'…'``.
+    parameters); for any message, credentials in URLs are masked (before the
+    message is cut, so a cut never leaves half a URL unmasked), and quoted
+    literals of 12 characters or more (where an answer or a memory's words
+    would be) are replaced by ``'…'``.
     """
     message = str(exc.orig) if isinstance(exc, DBAPIError) and exc.orig is not None else str(exc)
+    message = mask_url(message)
     message = _QUOTED.sub(lambda m: f"{m.group(1)}…{m.group(1)}", message)
     message = " ".join(message.split())
     if len(message) > MAX_MESSAGE:
