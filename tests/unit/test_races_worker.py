@@ -7,7 +7,7 @@ forced at two points of the client's own process, never by sleeping:
 * ``subprocess.Popen.wait`` (and ``poll``): holds the reader of a dead worker
   after it saw the end of the stream and before it fails that worker's
   requests, with the process not yet reaped (as the kernel has it for a moment);
-* ``multiprocessing.connection.Connection.send``: holds a request just before
+* ``memoryd.models.frames.FramedSocket.send``: holds a request just before
   it is written, or writes an ``exit`` in front of it, which makes the worker
   stop reading exactly as its idle timeout does (the same ``break`` in
   ``worker.serve``), so the request arrives at a worker that will never read it.
@@ -20,11 +20,11 @@ import signal
 import subprocess
 import threading
 from collections.abc import Iterator
-from multiprocessing.connection import Connection
 from typing import Any
 
 import pytest
 
+from memoryd.models.frames import FramedSocket
 from memoryd.models.worker_client import ModelWorker
 
 #: Hang guard for each wait; a request stranded by the old code waited for the worker timeout.
@@ -66,17 +66,18 @@ def test_a_dead_workers_reader_never_fails_the_next_workers_request(
 
     send_held = threading.Event()
     release_send = threading.Event()
-    real_send = Connection.send
+    real_send = FramedSocket.send
 
-    def send(self: Connection, obj: Any) -> None:
-        if threading.current_thread().name == "second-request":
+    def send(self: FramedSocket, obj: Any) -> None:
+        # The request itself (a new worker's first message, its options, goes through too).
+        if threading.current_thread().name == "second-request" and obj.get("op") == "ping":
             send_held.set()
             release_send.wait(WAIT_S)
         real_send(self, obj)
 
     monkeypatch.setattr(subprocess.Popen, "wait", wait)
     monkeypatch.setattr(subprocess.Popen, "poll", poll)
-    monkeypatch.setattr(Connection, "send", send)
+    monkeypatch.setattr(FramedSocket, "send", send)
 
     os.kill(first_pid, signal.SIGKILL)
     assert old_reader_at_wait.wait(WAIT_S), "the first worker's reader never saw it die"
@@ -107,10 +108,10 @@ def test_a_dead_workers_reader_never_fails_the_next_workers_request(
 def test_a_request_that_meets_the_workers_idle_exit_is_served_by_a_fresh_worker(
         worker: ModelWorker, monkeypatch: pytest.MonkeyPatch) -> None:
     first_pid = worker.request("ping")
-    real_send = Connection.send
+    real_send = FramedSocket.send
     raced: list[int] = []
 
-    def send(self: Connection, obj: Any) -> None:
+    def send(self: FramedSocket, obj: Any) -> None:
         if obj.get("op") == "ping" and not raced:
             # The worker's idle timer fires just as this request is written: it reads
             # the exit first, stops reading, says bye and exits 0 with the ping unread.
@@ -118,7 +119,7 @@ def test_a_request_that_meets_the_workers_idle_exit_is_served_by_a_fresh_worker(
             real_send(self, {"id": 0, "op": "exit"})
         real_send(self, obj)
 
-    monkeypatch.setattr(Connection, "send", send)
+    monkeypatch.setattr(FramedSocket, "send", send)
     second_pid = worker.request("ping")
 
     assert raced == [1]

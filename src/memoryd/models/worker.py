@@ -1,7 +1,11 @@
 """The model worker: a child process that holds the models.
 
 The daemon starts it on demand (``python -m memoryd.models.worker --fd N``)
-and talks to it over a socketpair with pickled messages. Running models here
+and talks to it over a socketpair with pickled messages in bounded frames
+(models/frames.py). Its options (the embedder and LLM specs, the data dir…)
+come as the first message on that pipe, never on its command line: an LLM URL
+may carry a token, and any local user can read a process's command line
+(PROTOCOL.md 1.2 "Secrets"). Running models here
 means the daemon's memory returns to its baseline when the worker exits
 after ``--idle-s`` without requests, and a native crash in torch or
 llama.cpp kills this process, failing one job attempt, not the daemon.
@@ -16,17 +20,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import socket
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from multiprocessing.connection import Connection
 from typing import Any
 
 from memoryd.errors import PassUnavailable
+from memoryd.models.frames import MAX_FRAME_BYTES, FramedSocket
+
+#: How long a new worker waits for its options (the daemon sends them as it starts it).
+CONFIGURE_WAIT_S = 60.0
 
 
-def serve(conn: Connection, embedder_spec: str, idle_s: float, batch_size: int, llm_spec: str = "none",
+def serve(conn: FramedSocket, embedder_spec: str, idle_s: float, batch_size: int, llm_spec: str = "none",
           data_dir: str = ".", llm_threads: int = 2) -> int:
     """Answer requests until the parent goes away or we sit idle for ``idle_s``."""
     from pathlib import Path
@@ -108,8 +116,19 @@ def serve(conn: Connection, embedder_spec: str, idle_s: float, batch_size: int, 
     return 0
 
 
+def read_options(conn: FramedSocket) -> list[str]:
+    """The worker's options, from the ``configure`` message the daemon sends first."""
+    if not conn.poll(CONFIGURE_WAIT_S):
+        raise SystemExit(f"memoryd model worker: no options from the daemon within {CONFIGURE_WAIT_S:.0f} s")
+    msg = conn.recv()
+    if not isinstance(msg, dict) or msg.get("op") != "configure" or not isinstance(msg.get("args"), list):
+        raise SystemExit("memoryd model worker: the daemon's first message was not its options")
+    return [str(a) for a in msg["args"]]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="memoryd model worker (started by the daemon)")
+    parser = argparse.ArgumentParser(description="memoryd model worker (started by the daemon; its options "
+                                                 "come on the pipe, after --fd)")
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--embedder", default="bundled")
     parser.add_argument("--idle-s", type=float, default=300.0)
@@ -118,11 +137,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llm", default="none")
     parser.add_argument("--data-dir", default=".")
     parser.add_argument("--llm-threads", type=int, default=2)
-    args = parser.parse_args(argv)
+    parser.add_argument("--max-frame-bytes", type=int, default=MAX_FRAME_BYTES)
+    fd = parser.parse_args(argv).fd
+    conn = FramedSocket(socket.socket(fileno=fd))
+    try:
+        args = parser.parse_args(["--fd", str(fd), *read_options(conn)])
+    except BaseException:
+        conn.close()
+        raise
+    # The daemon's limit both ways: an answer over it is refused here, as an error answer.
+    conn.max_frame_bytes = args.max_frame_bytes
     from memoryd.log import configure_logging
 
     configure_logging(args.log_level, "json")
-    conn = Connection(args.fd)
     try:
         return serve(conn, args.embedder, args.idle_s, args.batch_size, llm_spec=args.llm,
                      data_dir=args.data_dir, llm_threads=args.llm_threads)

@@ -11,10 +11,19 @@ row marks that model broken and its passes wait.
 
 :class:`WorkerEmbedder` has the embedder interface (models/embedder.py), so
 passes and searches do not know whether the model runs here or there.
+
+The pipe is bounded (models/frames.py): a request over the frame limit is
+refused before it is written (:class:`RequestTooLarge`); an answer whose
+header is over it is never read into memory, and a worker that stops reading
+our requests for ``timeout_s`` is killed, instead of a write blocking every
+caller for ever. The worker's options go down the pipe as its first message,
+not on its command line (``ps`` shows every user the command line; an LLM URL
+may hold a token).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import socket
@@ -26,7 +35,6 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -35,7 +43,9 @@ import structlog
 
 from memoryd.clock import rfc3339_from_epoch
 from memoryd.errors import PassUnavailable
+from memoryd.masking import mask_url
 from memoryd.models.embedder import EmbedderBase, EmbedderUnavailable
+from memoryd.models.frames import MAX_FRAME_BYTES, FramedSocket, FrameTooLarge, PeerNotReading
 from memoryd.models.health import CrashLedger, describe_exit
 
 log = structlog.get_logger(__name__)
@@ -51,6 +61,10 @@ class ModelBroken(ModelUnavailable):
 
 class WorkerCrashed(RuntimeError):
     """The worker died (or hung past its timeout) while it had our request."""
+
+
+class RequestTooLarge(RuntimeError):
+    """A request is over the pipe's frame limit; it was not sent (the worker is unharmed)."""
 
 
 class _Unread(Exception):
@@ -75,7 +89,7 @@ class _Generation:
     """
 
     proc: subprocess.Popen[bytes]
-    conn: Connection
+    conn: FramedSocket
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: request id -> (future, the model the op runs); guarded by ``lock``.
     pending: dict[int, tuple[Future[Any], str | None, str]] = field(default_factory=dict)
@@ -85,6 +99,8 @@ class _Generation:
     closed: bool = False
     #: We killed it (timeout, stop): its death is not the model's crash.
     killed: bool = False
+    #: Why we killed it, when that is what its requests fail with (an answer over the limit…).
+    killed_because: str | None = None
 
     def usable(self) -> bool:
         with self.lock:
@@ -92,18 +108,28 @@ class _Generation:
                 return False
         return self.proc.poll() is None
 
-    def kill(self) -> None:
+    def kill(self, because: str | None = None) -> None:
+        if because is not None and self.killed_because is None:
+            self.killed_because = because
         self.killed = True
         if self.proc.poll() is None:
             self.proc.kill()
 
 
 class ModelWorker:
-    """The model worker process of the moment, and the requests in flight to it."""
+    """The model worker process of the moment, and the requests in flight to it.
 
-    def __init__(self, args: list[str], timeout_s: float):
+    ``args`` are the worker's options (models/worker.py's ``main``); they are
+    sent down its pipe, never put on its command line.
+    """
+
+    #: The module the worker runs (``python -m``).
+    module = "memoryd.models.worker"
+
+    def __init__(self, args: list[str], timeout_s: float, max_frame_bytes: int = MAX_FRAME_BYTES):
         self.args = args
         self.timeout_s = timeout_s
+        self.max_frame_bytes = max_frame_bytes
         self._lock = threading.Lock()  # guards _gen: one worker started at a time
         self._gen: _Generation | None = None
         self._send_lock = threading.Lock()
@@ -122,14 +148,21 @@ class ModelWorker:
 
     def _start(self) -> _Generation:
         parent, child = socket.socketpair()
-        cmd = [sys.executable, "-m", "memoryd.models.worker", "--fd", str(child.fileno()), *self.args]
+        # Only the pipe's number on the command line: the options (an LLM URL may hold a
+        # token) are the pipe's first message.
+        cmd = [sys.executable, "-m", self.module, "--fd", str(child.fileno())]
         # Own session: a Ctrl-C at the daemon's terminal is the daemon's to handle;
         # it stops the worker itself.
         proc = subprocess.Popen(cmd, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
                                 start_new_session=True,
                                 env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
         child.close()
-        gen = _Generation(proc, Connection(parent.detach()))
+        conn = FramedSocket(parent, max_frame_bytes=self.max_frame_bytes, send_timeout_s=self.timeout_s)
+        # If it died at once, its reader sees the end of the stream and reports that.
+        with contextlib.suppress(OSError):
+            conn.send({"id": 0, "op": "configure",
+                       "args": [*self.args, "--max-frame-bytes", str(self.max_frame_bytes)]})
+        gen = _Generation(proc, conn)
         self.started_total += 1
         threading.Thread(target=self._read, args=(gen,), name="memoryd-worker-reader", daemon=True).start()
         log.info("worker.started", pid=proc.pid)
@@ -148,8 +181,21 @@ class ModelWorker:
         while True:
             try:
                 msg = gen.conn.recv()
+            except FrameTooLarge as exc:
+                # Its body was never read: the stream cannot be followed any further.
+                log.error("worker.answer_too_large", pid=gen.proc.pid, error=str(exc))
+                gen.kill(because=f"the model worker sent an answer over the pipe's limit ({exc}); "
+                                 "it was killed and a fresh one starts on the next request")
+                break
             except (EOFError, OSError):
                 break
+            except Exception as exc:  # not a message of ours (unpickling failed): stop following it
+                log.error("worker.answer_unreadable", pid=gen.proc.pid, error=f"{type(exc).__name__}: {exc}")
+                gen.kill(because=f"the model worker sent an unreadable answer ({type(exc).__name__}); "
+                                 "it was killed and a fresh one starts on the next request")
+                break
+            if not isinstance(msg, dict):
+                continue
             if msg.get("id") is None:
                 # The worker answers everything it read before it says bye.
                 said_bye = True
@@ -197,7 +243,8 @@ class ModelWorker:
             if model in broken:
                 fut.set_exception(ModelBroken(self.health.reason(model) or f"the {model} is broken"))
             else:
-                fut.set_exception(WorkerCrashed(f"the model worker died mid-request ({how})"))
+                fut.set_exception(WorkerCrashed(gen.killed_because
+                                                or f"the model worker died mid-request ({how})"))
         log.warning("worker.died", pid=gen.proc.pid, code=code, exit=how, killed=gen.killed,
                     failed_requests=len(stranded), models=sorted(in_flight), broken=sorted(broken))
 
@@ -220,6 +267,15 @@ class ModelWorker:
             try:
                 with self._send_lock:
                     gen.conn.send({"id": req_id, "op": op, **params})
+            except FrameTooLarge as exc:
+                with gen.lock:
+                    gen.pending.pop(req_id, None)
+                raise RequestTooLarge(f"the {op!r} request was not sent to the model worker: {exc}; "
+                                      "fewer or shorter texts per request fit") from None
+            except PeerNotReading:
+                # Half a frame may be in the pipe: this worker cannot be spoken to any more.
+                gen.kill(because=f"the model worker stopped reading requests (none taken for "
+                                 f"{self.timeout_s:.0f} s); it was killed")
             except (OSError, ValueError):
                 # The worker is going or gone: its reader settles the request (unread, or crashed).
                 pass
@@ -338,8 +394,9 @@ class WorkerLLM:
 
     def __init__(self, worker: ModelWorker, spec: str):
         self.worker = worker
-        self.spec = spec
-        self.name = spec
+        #: The spec as shown (masked: an LLM URL may hold a token); the worker has the real one.
+        self.spec = mask_url(spec)
+        self.name = self.spec
         self.load_error: str | None = None
         self.last_used_at: float | None = None
         self._ready = False
@@ -372,11 +429,11 @@ class WorkerLLM:
         if self.loaded:
             return
         try:
-            self.name = self.worker.request("llm_load")
+            self.name = mask_url(str(self.worker.request("llm_load")))
         except ModelBroken:
             raise
         except ModelUnavailable as exc:
-            self.load_error = str(exc)
+            self.load_error = mask_url(str(exc))
             raise
         self._ready = True
 
