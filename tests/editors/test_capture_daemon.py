@@ -35,6 +35,9 @@ class Session:
     def __init__(self, root: Path):
         self.project = root / "webshop"
         (self.project / ".git").mkdir(parents=True)
+        # A repository with no origin is keyed on its real path (docs/projects.md), never on
+        # its folder name, which another checkout may share.
+        self.key = f"path:{os.path.realpath(self.project)}"
         self.cwd = self.project / "src" / "cart"  # a subdirectory: the project is the git top-level
         self.cwd.mkdir(parents=True)
         self.transcript = root / ".claude" / "projects" / "-home-dev-webshop" / f"{SESSION}.jsonl"
@@ -85,7 +88,7 @@ def expected_rows(session: Session, scope: str = "project",
     rows = []
     for turn in json.loads((DATA / "expected_turns.json").read_text()):
         rows.append({
-            "content": turn["content"], "kind": "conversation", "scope": scope, "project": "webshop",
+            "content": turn["content"], "kind": "conversation", "scope": scope, "project": session.key,
             "user_id": user_id, "agent_id": "claude-code", "session_id": SESSION,
             "occurred_at": turn["occurred_at"],
             "metadata": {"source": "claude-code", "role": turn["role"], "turn_index": turn["turn_index"],
@@ -109,11 +112,11 @@ def test_recorded_session_is_captured_turn_by_turn_and_a_second_replay_adds_noth
 
     # An agent corrects the first turn's memory: that row is no longer live, so only the
     # turn's idempotency key (not duplicate detection) can keep a re-delivery from writing it anew.
-    listing = daemon.call("memory.list", {"project": "webshop", "scope": "project", "limit": 100})
+    listing = daemon.call("memory.list", {"project": session.key, "scope": "project", "limit": 100})
     first = listing["memories"][-1]
     assert first["content"] == expected_rows(session)[0]["content"]
     daemon.call("memory.supersede", {"old_id": first["id"], "content": "Checkout times out above 50 items",
-                                     "kind": "fact", "project": "webshop"})
+                                     "kind": "fact", "project": session.key})
 
     # Every event again, with the cursor lost: each turn is delivered again and still written once.
     for state in (daemon.data_dir / "capture" / "claude-code").iterdir():
@@ -122,10 +125,10 @@ def test_recorded_session_is_captured_turn_by_turn_and_a_second_replay_adds_noth
     assert _without_uuid(captured(daemon)) == expected_rows(session)
     assert daemon.count_content(expected_rows(session)[0]["content"]) == 1
     # The project's listing and search see the turns (the project named from the hook's cwd).
-    listed = daemon.call("memory.list", {"project": "webshop", "scope": "project", "kind": "conversation",
+    listed = daemon.call("memory.list", {"project": session.key, "scope": "project", "kind": "conversation",
                                          "limit": 100})["memories"]
     assert len(listed) == 6  # the corrected first turn is superseded
-    hits = daemon.call("memory.search", {"query": "when do we deploy checkout changes", "project": "webshop",
+    hits = daemon.call("memory.search", {"query": "when do we deploy checkout changes", "project": session.key,
                                          "mode": "lexical"})["results"]
     assert hits[0]["content"] == "Thanks. Remember that we deploy checkout changes only on Tuesdays."
     assert hits[0]["occurred_at"] == "2025-06-02T09:19:05.128000Z"

@@ -125,7 +125,8 @@ def test_install_merges_keeps_other_servers_and_backs_up(env: Env, client: str) 
     assert ours["args"][ours["args"].index("mcp"):][:3] == ["mcp", "--agent-id", client]
     # A project file names its project now; a user file serves every project, named at run time.
     project = ours["args"][ours["args"].index("--project") + 1]
-    assert project == ("webshop" if CLIENTS[client][2] == "project" else "auto")
+    # The key of the checkout (no origin: its real path), never the folder name another shares.
+    assert project == (f"path:{env.project.resolve()}" if CLIENTS[client][2] == "project" else "auto")
     [backup] = backups(env, client)
     assert backup.read_bytes() == before
 
@@ -187,7 +188,8 @@ def test_install_from_the_installed_command(tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert report["written"] is True and report["path"] == str(project / ".cursor" / "mcp.json")
     entry = json.loads((project / ".cursor" / "mcp.json").read_text())["mcpServers"]["memoryd"]
-    assert entry["args"][entry["args"].index("mcp"):] == ["mcp", "--agent-id", "cursor", "--project", "api"]
+    assert entry["args"][entry["args"].index("mcp"):] == ["mcp", "--agent-id", "cursor", "--project",
+                                                          f"path:{project.resolve()}"]
 
 
 def test_an_old_entry_in_the_middle_of_a_toml_file_is_replaced_where_it_stands(env: Env) -> None:

@@ -227,7 +227,9 @@ def test_project_auto_names_the_git_top_level_of_the_working_dir(module_daemon: 
         async with bridge(daemon.socket, daemon.home, "--project", "auto",
                           cwd=checkout / "src" / "cart") as session:
             status = ok(await call(session, "memory_status"))
-            assert status["identity"]["project"] == "webshop"
+            # The key is the top level's real path (no origin: docs/projects.md); the name is shown.
+            assert status["identity"]["project"] == f"path:{checkout.resolve()}"
+            assert status["identity"]["project_name"] == "webshop"
 
     asyncio.run(body())
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.client import SCOPE_KEYS, Memory
-from memoryd.editors.project import project_name
+from memoryd.editors.project import project_of
 
 ALL_SCOPES = ("agent", "user", "project", "session", "org")
 DEFAULT_SCOPES = ("agent", "project", "user")
@@ -54,19 +54,30 @@ class Binding:
     project: str
     session_id: str
     scopes: tuple[str, ...] = DEFAULT_SCOPES
+    #: The project's readable name (its folder's, for ``--project auto``): display only, never
+    #: compared. ``project`` is the key scope checks use (editors/project.py).
+    project_name: str = ""
 
     @classmethod
     def from_flags(cls, *, agent_id: str, user_id: str, project: str, session_id: str | None,
                    scopes: str, cwd: str | Path) -> Binding:
-        """Build from the ``memoryd mcp`` flags; ``project='auto'`` is named from ``cwd``."""
+        """Build from the ``memoryd mcp`` flags; ``project='auto'`` is keyed from the repository
+        holding ``cwd`` (its origin URL, else its path: editors/project.py)."""
         for flag, value in (("--agent-id", agent_id), ("--user-id", user_id)):
             if not value or not value.strip():
                 raise BindingError(f"{flag} must not be empty")
-        name = project_name(cwd) if project == "auto" else project
-        if not name or not name.strip() or name == "/":
-            raise BindingError(f"--project auto cannot name a project from {cwd}; pass --project NAME")
-        return cls(agent_id=agent_id, user_id=user_id, project=name,
-                   session_id=session_id or new_session_id(), scopes=parse_scopes(scopes))
+        if project == "auto":
+            found = project_of(cwd)
+            if found.name == "/":
+                raise BindingError(f"--project auto cannot name a project from {cwd}; pass --project NAME")
+            key, name = found.key, found.name
+        else:
+            key = name = project
+        if not key or not key.strip():
+            raise BindingError("--project must not be empty; pass --project NAME or --project auto")
+        return cls(agent_id=agent_id, user_id=user_id, project=key,
+                   session_id=session_id or new_session_id(), scopes=parse_scopes(scopes),
+                   project_name=name)
 
     def key_for(self, scope: str) -> str | None:
         """This binding's value for a scope's key field (None for ``org``)."""
@@ -112,4 +123,5 @@ class Binding:
     def describe(self) -> dict[str, object]:
         """The binding as the status tool shows it."""
         return {"agent_id": self.agent_id, "user_id": self.user_id, "project": self.project,
-                "session_id": self.session_id, "scopes": list(self.scopes)}
+                "project_name": self.project_name or self.project, "session_id": self.session_id,
+                "scopes": list(self.scopes)}

@@ -35,7 +35,7 @@ import time
 from memoryd.editors import capture_spool as spool
 from memoryd.editors.capture_rpc import DeadlineCaller, RpcError
 from memoryd.editors.capture_transcript import Turn, read_turns
-from memoryd.editors.project import project_name
+from memoryd.editors.project import project_key
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -280,7 +280,7 @@ def capture(hook: Any, opts: Options) -> Outcome:
         if not found.turns:
             state.update(advance)
             return Outcome("nothing")
-        project = project_name(cwd)
+        project = project_key(cwd)  # the repository's key, not its folder name (docs/projects.md)
         items = [turn_params(t, hook, opts, project) for t in found.turns]
         rest = items
         caller = None

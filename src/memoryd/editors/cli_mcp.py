@@ -108,7 +108,7 @@ def _editor_options(fn: Any) -> Any:
 def _prepare(client_name: str, project_dir: Path | None, agent_id: str | None, project: str | None,
              scopes: str | None, socket_path: str | None) -> tuple[Any, Path, str, dict[str, Any]]:
     from memoryd.editors.mcp_config import CLIENTS, server_entry
-    from memoryd.editors.project import project_name
+    from memoryd.editors.project import project_key
 
     client = CLIENTS[client_name]
     project_dir = project_dir.expanduser().absolute() if project_dir is not None else None
@@ -116,7 +116,7 @@ def _prepare(client_name: str, project_dir: Path | None, agent_id: str | None, p
     if project is None:
         # A project-level file belongs to one project: name it now, whatever directory the
         # editor starts the bridge in. A user-level file serves every project: name it at run time.
-        project = project_name(project_dir or Path.cwd()) if level == "project" else "auto"
+        project = project_key(project_dir or Path.cwd()) if level == "project" else "auto"
     args = ["--agent-id", agent_id or client_name, "--project", project]
     if scopes:
         args += ["--scopes", scopes]
