@@ -117,7 +117,8 @@ def main() -> None:
         daemon = h.Daemon(root, embedder="none")
         daemon.start()
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
-        env.update(MEMORYD_SOCKET=str(daemon.socket), MEMORYD_DATA_DIR=str(daemon.data_dir))
+        env.update(MEMORYD_SOCKET=str(daemon.socket), MEMORYD_DATA_DIR=str(daemon.data_dir),
+                   MEMORYD_CAPTURE_TRANSCRIPT_DIRS=str(root))  # the transcript is not in ~/.claude
         session = Session(root, 2 * n)
         spool_dir = daemon.data_dir / "spool" / "claude-code"
         up_outcomes: dict[str, int] = {}

@@ -11,7 +11,10 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from memoryd.editors.capture_hook import Options, prune_cursors, run, state_path
+from memoryd.editors.capture_transcript import ROOTS_ENV
 
 DAY = 86_400.0
 
@@ -46,7 +49,8 @@ def test_a_damaged_cursor_is_pruned_and_a_missing_folder_is_nothing(tmp_path: Pa
     assert prune_cursors(str(tmp_path)) == 1  # no transcript named: nothing to resume
 
 
-def test_session_end_prunes_but_other_events_do_not(tmp_path: Path) -> None:
+def test_session_end_prunes_but_other_events_do_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ROOTS_ENV, str(tmp_path))
     stale = _cursor(tmp_path, tmp_path / "deleted.jsonl", age_s=40 * DAY)
     transcript = tmp_path / "t.jsonl"
     transcript.write_text("", encoding="utf-8")

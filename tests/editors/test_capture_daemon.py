@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from memoryd.editors import capture_spool
+from memoryd.editors.capture_transcript import ROOTS_ENV
 from tests.integration.harness import DaemonHandle, wait_until
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "claude_code"
@@ -53,7 +54,9 @@ class Session:
 
 
 def hook_env(daemon: DaemonHandle) -> dict[str, str]:
-    return {**daemon.env, "MEMORYD_SOCKET": str(daemon.socket), "MEMORYD_DATA_DIR": str(daemon.data_dir)}
+    # The sessions' transcripts live under the test's temp dir, beside the daemon's home.
+    return {**daemon.env, "MEMORYD_SOCKET": str(daemon.socket), "MEMORYD_DATA_DIR": str(daemon.data_dir),
+            ROOTS_ENV: str(daemon.home.parent)}
 
 
 def run_hook(env: dict[str, str], payload: Any, *args: str) -> subprocess.CompletedProcess[str]:
@@ -128,7 +131,8 @@ def test_recorded_session_is_captured_turn_by_turn_and_a_second_replay_adds_noth
     listed = daemon.call("memory.list", {"project": session.key, "scope": "project", "kind": "conversation",
                                          "limit": 100})["memories"]
     assert len(listed) == 6  # the corrected first turn is superseded
-    hits = daemon.call("memory.search", {"query": "when do we deploy checkout changes", "project": session.key,
+    hits = daemon.call("memory.search", {"query": "when do we deploy checkout changes",
+                                         "project": session.key,
                                          "mode": "lexical"})["results"]
     assert hits[0]["content"] == "Thanks. Remember that we deploy checkout changes only on Tuesdays."
     assert hits[0]["occurred_at"] == "2025-06-02T09:19:05.128000Z"

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from memoryd.clock import normalize_rfc3339
-from memoryd.editors.capture_transcript import read_turns, turn_text
+from memoryd.editors.capture_transcript import ROOTS_ENV, read_turns, turn_text
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "claude_code"
+
+
+@pytest.fixture(autouse=True)
+def _transcript_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """These tests read transcripts from the recorded data and the test's temp dir
+    (tests/editors/test_capture_bounds.py tests the folder rule itself)."""
+    monkeypatch.setenv(ROOTS_ENV, os.pathsep.join([str(DATA), str(tmp_path)]))
+    yield
 
 
 def _expected() -> list[dict[str, object]]:

@@ -4,8 +4,10 @@ Claude Code runs the hook with one JSON object on stdin (``session_id``,
 ``transcript_path``, ``cwd``, ``hook_event_name``, and per event e.g.
 ``prompt`` for UserPromptSubmit, ``reason`` for SessionEnd). On
 UserPromptSubmit, Stop and SessionEnd the hook reads the transcript from where
-the last run stopped (a per-transcript cursor under the data directory) and
-writes each new turn as a ``conversation`` memory:
+the last run stopped (a per-transcript cursor under the data directory; at most
+a few MiB a run, editors/capture_transcript.py, and only a regular file in the
+editor's transcript folders) and writes each new turn as a ``conversation``
+memory:
 
 - scope ``project`` (named from the hook's ``cwd`` as ``--project auto``
   names it) or ``user``; ``session_id`` the editor's session id;
@@ -34,7 +36,7 @@ import time
 
 from memoryd.editors import capture_spool as spool
 from memoryd.editors.capture_rpc import DeadlineCaller, RpcError
-from memoryd.editors.capture_transcript import Turn, read_turns
+from memoryd.editors.capture_transcript import TranscriptRefused, Turn, read_turns
 from memoryd.editors.project import project_key
 
 TYPE_CHECKING = False
@@ -73,7 +75,9 @@ class Options:
 
 class Outcome:
     """What one hook run did (for tests and the benchmark; the hook itself prints nothing):
-    ``action`` is ignored, nothing, sent, spooled, busy or failed."""
+    ``action`` is ignored, nothing, sent, spooled, busy, refused (the transcript path names
+    no regular file in the editor's transcript folders) or failed. ``turns`` counts the
+    turns stored (sent) or kept in the spool (spooled)."""
 
     __slots__ = ("action", "detail", "turns")
 
@@ -195,38 +199,76 @@ def prune_cursors(data_dir: str, now: float | None = None, keep_s: float = CURSO
 
 # -- sending ---------------------------------------------------------------------------
 
-def send(call: Call, items: list[dict[str, Any]], deadline: float) -> list[dict[str, Any]]:
-    """Write ``items``; return those not delivered (to keep in the spool).
+class Sent:
+    """What :func:`send` did: ``kept`` the items not delivered (for the spool), ``stored`` how
+    many the daemon wrote (or answered from their key), ``refused`` one line per refused item."""
 
-    A refused item (tombstoned, conflicting, invalid) is dropped: sending it
-    again would be refused again. Transport failures raise.
+    __slots__ = ("kept", "refused", "stored")
+
+    def __init__(self) -> None:
+        self.kept: list[dict[str, Any]] = []
+        self.stored = 0
+        self.refused: list[str] = []
+
+
+def _item_index(exc: RpcError, count: int) -> int | None:
+    """Which item of a write_many the daemon refused: ``data.index``, or the ``items[i]`` its
+    ``field`` names (the socket's NUL check names the field but gives no index)."""
+    index = exc.data.get("index")
+    if not isinstance(index, int):
+        field = exc.data.get("field")
+        if isinstance(field, str) and field.startswith("items["):
+            digits = field[len("items["):].partition("]")[0]
+            index = int(digits) if digits.isdigit() else None
+    return index if isinstance(index, int) and 0 <= index < count else None
+
+
+def _refusal(item: dict[str, Any], exc: RpcError) -> str:
+    meta = item.get("metadata")
+    turn = meta.get("turn_index") if isinstance(meta, dict) else None
+    return f"turn {turn}: {exc.message} (error {exc.code})"
+
+
+def send(call: Call, items: list[dict[str, Any]], deadline: float) -> Sent:
+    """Write ``items``; say how many were stored, which were refused and which to keep.
+
+    A refused item (tombstoned, conflicting, invalid) is dropped alone: sending
+    it again would be refused again, and the others are written. Transport
+    failures raise.
     """
     pending = list(items)
+    out = Sent()
     while pending:
         if time.monotonic() > deadline:
-            return pending
+            out.kept = pending
+            return out
         try:
             call("memory.write_many", {"items": pending})
-            return []
+            out.stored += len(pending)
+            return out
         except RpcError as exc:
-            index = exc.data.get("index")
-            if exc.code in (-32602, 1001) and isinstance(index, int) and 0 <= index < len(pending):
-                pending.pop(index)
+            index = _item_index(exc, len(pending))
+            if exc.code in (-32602, 1001) and index is not None:
+                out.refused.append(_refusal(pending.pop(index), exc))
                 continue
             if exc.code not in REFUSED_CODES:
-                return pending  # overloaded or store unavailable: keep them all
+                out.kept = pending  # overloaded or store unavailable: keep them all
+                return out
         # write_many is all or nothing and did not say which item it refused: one at a time.
-        kept: list[dict[str, Any]] = []
         for i, item in enumerate(pending):
             if time.monotonic() > deadline:
-                return kept + pending[i:]
+                out.kept.extend(pending[i:])
+                return out
             try:
                 call("memory.write", item)
             except RpcError as exc:
-                if exc.code not in REFUSED_CODES:
-                    kept.append(item)
-        return kept
-    return []
+                out.stored += 1
+                if exc.code in REFUSED_CODES:
+                    out.refused.append(_refusal(item, exc))
+                else:
+                    out.kept.append(item)
+        return out
+    return out
 
 
 def flush_one(call: Call, folder: str, deadline: float) -> bool:
@@ -237,7 +279,7 @@ def flush_one(call: Call, folder: str, deadline: float) -> bool:
             continue
         try:
             items, _ = spool.read(taken)
-            rest = send(call, items, deadline)
+            rest = send(call, items, deadline).kept
         except Exception:
             spool.release(taken)
             raise
@@ -273,21 +315,26 @@ def capture(hook: Any, opts: Options) -> Outcome:
         if state is None:
             return Outcome("busy", detail="another capture run holds this transcript")
         try:
-            found = read_turns(transcript, int(state.get("offset", 0)), int(state.get("next_index", 0)))
+            found = read_turns(transcript, int(state.get("offset", 0)), int(state.get("next_index", 0)),
+                               skipping=state.get("skipping") is True)
         except FileNotFoundError:
             return Outcome("nothing", detail="the transcript does not exist (yet)")
-        advance = {"transcript": transcript, "offset": found.offset, "next_index": found.next_index}
+        except TranscriptRefused as exc:
+            return Outcome("refused", detail=str(exc))
+        advance = {"transcript": transcript, "offset": found.offset, "next_index": found.next_index,
+                   "skipping": found.skipping}
         if not found.turns:
             state.update(advance)
             return Outcome("nothing")
         project = project_key(cwd)  # the repository's key, not its folder name (docs/projects.md)
         items = [turn_params(t, hook, opts, project) for t in found.turns]
-        rest = items
+        sent = Sent()
+        sent.kept = items
         caller = None
         try:
             caller = DeadlineCaller(opts.socket, opts.deadline)
-            rest = send(caller, items, opts.deadline)
-            if not rest and time.monotonic() < opts.deadline:
+            sent = send(caller, items, opts.deadline)
+            if not sent.kept and time.monotonic() < opts.deadline:
                 flush_one(caller, folder, opts.deadline)
         except Exception as exc:  # down, refused, slow, broken: the spool keeps the turns
             detail = f"{type(exc).__name__}: {exc}"
@@ -296,9 +343,11 @@ def capture(hook: Any, opts: Options) -> Outcome:
         finally:
             if caller is not None:
                 caller.close()
-        if rest:
-            spool.append(folder, rest)  # raises when the disk refuses: the cursor stays put
+        if sent.kept:
+            spool.append(folder, sent.kept)  # raises when the disk refuses: the cursor stays put
         state.update(advance)
-        if rest:
-            return Outcome("spooled", len(rest), detail or "the daemon did not answer in time")
-        return Outcome("sent", len(items))
+        refused = f"refused {len(sent.refused)}: " + "; ".join(sent.refused) if sent.refused else ""
+        if sent.kept:
+            detail = detail or "the daemon did not answer in time"
+            return Outcome("spooled", len(sent.kept), "; ".join(p for p in (detail, refused) if p))
+        return Outcome("sent", sent.stored, refused)

@@ -4,7 +4,8 @@ Run at start, before the sockets open (turns spooled while the daemon was
 down), and then every tick (turns a hook spooled because the daemon answered
 later than the hook's budget; on a loaded machine that is most of them). Each
 spooled item is validated
-as a memory.write and written in its own unit (a refused turn — tombstoned,
+as a memory.write on the socket is (service/validation.parse_write_request: the
+NUL check, then the write's own checks) and written in its own unit (a refused turn — tombstoned,
 or its key reused with other params — does not hold back the others); a file
 is removed only after the transaction holding its writes has committed. The
 items carry idempotency keys, so a file replayed twice (a crash between the
@@ -24,7 +25,7 @@ from memoryd.clock import utcnow
 from memoryd.config import Config
 from memoryd.editors import capture_spool as spool
 from memoryd.errors import MemorydError, StoreUnavailable
-from memoryd.service.validation import parse_write
+from memoryd.service.validation import parse_write_request
 from memoryd.store.memories import WriteContext
 from memoryd.store.writes import WriteUnit, commit_units
 
@@ -55,7 +56,7 @@ def replay(engine: Engine, cfg: Config, ctx: WriteContext, now: datetime | None 
         units = []
         for item in items:
             try:
-                units.append(WriteUnit([parse_write(item, cfg)], ACTOR))
+                units.append(WriteUnit([parse_write_request(item, cfg)], ACTOR))
             except MemorydError as exc:
                 report.refused += 1
                 log.warning("capture.spool_item_refused", file=os.path.basename(path), code=exc.code,

@@ -17,20 +17,85 @@ stable: it is half of the turn's idempotency key.
 
 Reading starts at a byte offset and stops before a last line that has no
 newline yet (an entry still being written).
+
+A transcript is untrusted input that names a path: the hook reads only a
+regular file inside the editor's transcript folders (:func:`transcript_roots`),
+opened without following a last symlink and without blocking (a FIFO or a
+device is refused, never read), and a run reads at most ``max_bytes``
+(:data:`RUN_BYTES`) in :data:`CHUNK_BYTES` pieces: the rest waits for the next
+run. The cursor moves over whole lines only; a line longer than a whole run's
+bytes is skipped (a run that starts at a line and finds no newline in
+``max_bytes`` marks the cursor ``skipping``; the next runs drop bytes through
+the next newline).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import os
     from typing import Any
 
 #: Text that marks a user entry as a slash command's bookkeeping, not something said.
 COMMAND_PREFIXES = ("<command-name>", "<command-message>", "<local-command-stdout>",
                     "<local-command-stderr>", "<command-args>")
+
+
+#: How much of a transcript one hook run reads at most; the rest is read by the next runs.
+#: 4 MiB reads and parses in about 25 ms (bench/capture_hook.py), inside the hook's budget.
+RUN_BYTES = 4 << 20
+#: One read(); the unfinished last line of a chunk is carried into the next.
+CHUNK_BYTES = 256 << 10
+#: Where the transcript folders can be named instead (os.pathsep-separated): tests, other layouts.
+ROOTS_ENV = "MEMORYD_CAPTURE_TRANSCRIPT_DIRS"
+
+
+class TranscriptRefused(Exception):
+    """The hook's ``transcript_path`` names something the hook will not read."""
+
+
+def transcript_roots() -> list[str]:
+    """The folders a transcript may live in: ``$MEMORYD_CAPTURE_TRANSCRIPT_DIRS`` when set, else
+    Claude Code's ``projects`` folder (under ``$CLAUDE_CONFIG_DIR``, by default ``~/.claude``)."""
+    named = os.environ.get(ROOTS_ENV)
+    if named:
+        return [os.path.expanduser(p) for p in named.split(os.pathsep) if p]
+    base = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+    return [os.path.join(os.path.expanduser(base), "projects")]
+
+
+def open_transcript(path: str | os.PathLike[str], roots: list[str] | None = None) -> int:
+    """A read-only descriptor on the transcript at ``path``; raise TranscriptRefused unless it
+    resolves (symlinks followed) to a regular file inside one of ``roots``.
+
+    The resolved path is opened with O_NOFOLLOW (a symlink swapped in after the check is
+    refused, not followed) and O_NONBLOCK (opening a FIFO must not wait for a writer), and
+    what was opened is checked with fstat, so the check and the read are of one file.
+    FileNotFoundError passes through: a transcript not written yet is not an error.
+    """
+    real = os.path.realpath(path)
+    inside = False
+    for root in transcript_roots() if roots is None else roots:
+        top = os.path.realpath(root)
+        if real == top or real.startswith(top.rstrip(os.sep) + os.sep):
+            inside = True
+            break
+    if not inside:
+        raise TranscriptRefused(f"{path} is not inside the editor's transcript folders "
+                                f"(set {ROOTS_ENV} to read transcripts elsewhere)")
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise TranscriptRefused(f"{path} cannot be opened as a transcript ({exc.strerror})") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TranscriptRefused(f"{path} is not a regular file")
+    return fd
 
 
 class Turn:
@@ -85,47 +150,80 @@ def turn_text(entry: Any) -> tuple[str, str] | None:
 
 
 class ReadResult:
-    """Turns found past the offset, and where the next read starts."""
+    """Turns found past the offset, where the next read starts, and whether it starts inside
+    a line too long to read (``skipping``: drop bytes through the next newline first)."""
 
-    __slots__ = ("next_index", "offset", "turns")
+    __slots__ = ("next_index", "offset", "skipping", "turns")
 
-    def __init__(self, turns: list[Turn], offset: int, next_index: int) -> None:
+    def __init__(self, turns: list[Turn], offset: int, next_index: int, skipping: bool = False) -> None:
         self.turns = turns
         self.offset = offset
         self.next_index = next_index
+        self.skipping = skipping
 
 
-def read_turns(path: str | os.PathLike[str], offset: int = 0, next_index: int = 0) -> ReadResult:
-    """The turns of ``path`` from byte ``offset``; the first one found gets ``next_index``.
+def _turn(raw: bytes, index: int) -> Turn | None:
+    """The turn one whole line holds, numbered ``index``; None for anything else."""
+    if not raw.strip():
+        return None
+    try:
+        entry = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None  # a damaged (or absurdly nested) line is skipped, never fatal to the editor
+    found = turn_text(entry)
+    if found is None:
+        return None
+    timestamp = entry.get("timestamp") if isinstance(entry.get("timestamp"), str) else None
+    uuid = entry.get("uuid") if isinstance(entry.get("uuid"), str) else None
+    return Turn(index, found[0], found[1], timestamp, uuid)
+
+
+def read_turns(path: str | os.PathLike[str], offset: int = 0, next_index: int = 0, *,
+               skipping: bool = False, roots: list[str] | None = None,
+               max_bytes: int | None = None) -> ReadResult:
+    """The turns of ``path`` from byte ``offset``, at most ``max_bytes`` of it (default
+    :data:`RUN_BYTES`); the first turn found gets ``next_index``. Raise TranscriptRefused
+    for anything but a regular file inside ``roots`` (default :func:`transcript_roots`).
 
     A file shorter than ``offset`` was replaced (not appended to): it is read
     from the start again, and its turns get indices from 0 again, which is
     what its idempotency keys would have been from the start.
     """
-    with open(path, "rb") as fh:
-        fh.seek(0, 2)
-        size = fh.tell()
-        if size < offset:
-            offset, next_index = 0, 0
-        fh.seek(offset)
-        data = fh.read()
-    end = data.rfind(b"\n")
-    if end < 0:
-        return ReadResult([], offset, next_index)
-    turns = []
-    index = next_index
-    for raw in data[:end].split(b"\n"):
-        if not raw.strip():
-            continue
-        try:
-            entry = json.loads(raw)
-        except ValueError:
-            continue  # a damaged line is skipped, never fatal to the editor
-        found = turn_text(entry)
-        if found is None:
-            continue
-        timestamp = entry.get("timestamp") if isinstance(entry.get("timestamp"), str) else None
-        uuid = entry.get("uuid") if isinstance(entry.get("uuid"), str) else None
-        turns.append(Turn(index, found[0], found[1], timestamp, uuid))
-        index += 1
-    return ReadResult(turns, offset + end + 1, index)
+    max_bytes = RUN_BYTES if max_bytes is None else max_bytes
+    fd = open_transcript(path, roots)
+    try:
+        if os.fstat(fd).st_size < offset:
+            offset, next_index, skipping = 0, 0, False
+        turns: list[Turn] = []
+        index = next_index
+        pos = offset  # the next byte to read
+        done = offset  # the end of the last whole line consumed
+        carry = bytearray()  # the line being read: from ``done`` to ``pos``
+        while pos - offset < max_bytes:
+            chunk = os.pread(fd, min(CHUNK_BYTES, offset + max_bytes - pos), pos)
+            if not chunk:
+                break
+            pos += len(chunk)
+            start = len(carry)
+            carry += chunk
+            cut = carry.rfind(b"\n", start)
+            if cut < 0:
+                continue
+            lines = bytes(carry[:cut]).split(b"\n")
+            del carry[:cut + 1]
+            done = pos - len(carry)
+            if skipping:
+                lines.pop(0)  # the rest of the line too long to read
+                skipping = False
+            for raw in lines:
+                turn = _turn(raw, index)
+                if turn is not None:
+                    turns.append(turn)
+                    index += 1
+        if done == offset and pos - offset >= max_bytes:
+            # A whole run's bytes and no newline: a line longer than any run may read. Drop
+            # what was read; the next runs go on dropping through the newline that ends it.
+            return ReadResult(turns, pos, index, True)
+        return ReadResult(turns, done, index, skipping)
+    finally:
+        os.close(fd)

@@ -64,7 +64,13 @@ def claude_code(scope: str, user_id: str | None, socket_path: str | None, config
     the transcript's new turns and writes them as `conversation` memories of
     the project named from the hook's cwd (or of the user). Prints nothing on
     stdout and always exits 0; when the daemon is down or slow the turns wait
-    in a spool under the data directory until it starts.
+    in a spool under the data directory until it starts. A turn the daemon
+    refuses (--verbose names it) is skipped alone; the others are written.
+
+    Only a regular file inside Claude Code's transcript folder is read
+    ($CLAUDE_CONFIG_DIR/projects, by default ~/.claude/projects; name others,
+    separated by ':', in MEMORYD_CAPTURE_TRANSCRIPT_DIRS), a few MiB a run:
+    a long transcript is read over the next runs.
 
     \b
     Example:

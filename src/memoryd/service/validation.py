@@ -192,6 +192,15 @@ def parse_write(params: Mapping[str, Any], cfg: Config, *, admin: bool = False) 
     )
 
 
+def parse_write_request(params: Mapping[str, Any], cfg: Config, *, admin: bool = False) -> NewMemory:
+    """Validate one memory.write as a write on the socket is validated: the NUL check the
+    socket runs on every request (dispatch(), submit_write()), then :func:`parse_write`.
+    Writes that do not come in on a socket (the capture spool's replay) go through this, so
+    a turn the socket refuses is never stored because it came by another road."""
+    refuse_nul(params)
+    return parse_write(params, cfg, admin=admin)
+
+
 def parse_write_many(params: Mapping[str, Any], cfg: Config, *, admin: bool = False) -> list[NewMemory]:
     """Validate memory.write_many params; an item's error names ``items[i].field``."""
     _unknown(params, {"items"})
