@@ -238,7 +238,16 @@ def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, 
     the idempotency window, 48 h by default). Status, record times, citations
     and links are restored. Prints written, duplicates and refused lines.
 
-    Exit code 0 when every line was imported, 1 when some were refused.
+    The file is untrusted: a line that cannot be read, or a record with a
+    field of the wrong shape or one the store refuses, is refused alone (by
+    its line number and field; a record is written whole or not at all) and
+    the rest is imported.
+
+    Exit code 0 when every line was imported; 1 when the rest was imported
+    but some lines were refused (listed, and in --json's "refused" and
+    "bad_lines"); 2 when the file is not an export or the import stopped
+    (nothing more was written; run it again); 3 when memoryd is not running;
+    4 when this user may not use the operator socket.
 
     \b
     Example:
@@ -251,11 +260,12 @@ def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, 
     from memoryd.exchange.importer import Importer
 
     cfg = _load(config_path, socket_path)
-    stream: IO[str] = sys.stdin if file == "-" else open(file, encoding="utf-8")  # noqa: SIM115
+    stream: IO[bytes] = sys.stdin.buffer if file == "-" else open(file, "rb")  # noqa: SIM115
     try:
         export = exportfile.read(stream)
     except exportfile.FormatError as exc:
-        raise click.ClickException(f"{file}: {exc}") from exc
+        click.echo(f"Error: {file}: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
     finally:
         if file != "-":
             stream.close()
@@ -266,7 +276,7 @@ def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, 
             summary = importer.run(export)
         except ClientError as exc:
             done = importer.summary.written + importer.summary.duplicates
-            click.echo(f"Error {exc.code}: {exc.message}; {done} of {len(export.memories)} lines were "
+            click.echo(f"Error {exc.code}: {exc.message}; {done} of {len(export.memories)} records were "
                        "imported; run the same import again to finish (nothing is written twice)",
                        err=True)
             sys.exit(EXIT_ERROR)
@@ -284,7 +294,8 @@ def _print_summary(report: dict[str, Any], name: str) -> None:
     click.echo(f"links: {report['links_restored']} restored, {report['links_skipped']} skipped "
                "(their other memory is not in this export or was refused)")
     for refusal in report["refused"]:
-        click.echo(f"  refused line {refusal['line']} ({refusal['id']}): {refusal['reason']}")
+        field = f" field {refusal['field']}" if refusal["field"] else ""
+        click.echo(f"  refused line {refusal['line']} ({refusal['id']}){field}: {refusal['reason']}")
     for bad in report["bad_lines"]:
         click.echo(f"  unreadable line {bad['line']}: {bad['reason']}")
     if not report["complete"]:

@@ -279,3 +279,58 @@ def test_export_with_vectors_carries_each_rows_current_embedding(daemon: DaemonH
     assert vectors["vector export stale"] is None and vectors["vector export none"] is None
     plain = daemon.call("memory.export", {}, admin=True)["memories"]
     assert all("vector" not in r for r in plain)
+
+
+def _record(source_id: str, content: str, **fields: Any) -> dict[str, Any]:
+    return {"record": "memory", "id": source_id, "content": content, "scope": "agent", "agent_id": "a1",
+            "recorded_at": "2025-01-01T00:00:00.000000Z", **fields}
+
+
+def test_a_hostile_file_is_imported_but_its_bad_lines_each_refused_by_line_and_field(
+        daemon: DaemonHandle) -> None:
+    head = {"record": "header", "format": "memoryd-export", "format_version": 1, "memoryd_version": "x",
+            "exported_at": "2025-01-01T00:00:00Z", "filters": {}, "with_vectors": False, "total": 12}
+    good = [_record(f"mem_good{i}", f"good record {i}") for i in range(4)]
+    lines: list[bytes] = [json.dumps(head).encode(), json.dumps(good[0]).encode()]
+    lines += [
+        json.dumps(_record("mem_links", "hostile links five", links=5)).encode(),             # line 3
+        b"[" * 200_000 + b"]" * 200_000,                                                      # line 4
+        json.dumps(good[1]).encode(),                                                         # line 5
+        json.dumps(_record("mem_nul", "hostile nul \x00 inside")).encode(),                   # line 6
+        b'{"record": "memory", "id": "mem_utf8", "content": "hostile \xff\xfe bytes"}',       # line 7
+        json.dumps(_record("mem_when", "hostile timestamp", occurred_at="last tuesday")).encode(),  # 8
+        json.dumps(_record("mem_big", "hostile huge " + "x" * 70_000)).encode(),              # line 9
+        json.dumps(_record("mem_lone", "hostile lone \ud800 surrogate")).encode(),            # line 10
+        json.dumps(_record("mem_deepmeta", "hostile deep metadata",
+                           metadata={"a": json.loads("[" * 300 + "]" * 300)})).encode(),      # line 11
+        json.dumps(good[2]).encode(),                                                         # line 12
+        # A good record that cites a refused one: written, its link skipped.
+        json.dumps(_record("mem_good3", "good record 3",
+                           links=[{"kind": "cites", "to": "mem_nul", "created_at": None}])).encode(),
+        json.dumps({"record": "end", "count": 11}).encode(),
+    ]
+    path = daemon.home / "hostile.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    env = {**daemon.env, "MEMORYD_SOCKET": str(daemon.socket)}
+    done = run_cli(["import", "--json", str(path)], env)
+    assert done.returncode == 1, done.stderr  # imported, some refused
+    assert "Traceback" not in done.stderr
+    summary = json.loads(done.stdout)
+    refused = {r["line"]: (r["id"], r["field"]) for r in summary["refused"]}
+    assert refused == {3: ("mem_links", "links"), 6: ("mem_nul", "content"), 8: ("mem_when", "occurred_at"),
+                       9: ("mem_big", "content"), 10: ("mem_lone", "content"),
+                       11: ("mem_deepmeta", "metadata")}
+    assert [line for line, _ in (tuple(b.values()) for b in summary["bad_lines"])] == [4, 7]
+    assert summary["written"] == 4 and summary["records"] == 10 and summary["complete"] is True
+    assert summary["links_skipped"] == 1
+    for i in range(4):
+        assert daemon.count_content(f"good record {i}") == 1
+    # Nothing of a refused record was written: no row, no link.
+    assert daemon.scalar("SELECT count(*) FROM memories WHERE content LIKE 'hostile%'") == 0
+    assert daemon.scalar("SELECT count(*) FROM memories") == 4
+    assert daemon.scalar("SELECT count(*) FROM memory_links") == 0
+    # The text summary names each refused line and its field.
+    text = run_cli(["import", str(path)], env)
+    assert text.returncode == 1
+    assert "refused line 3 (mem_links) field links" in text.stdout
+    assert "unreadable line 4: nested too deeply" in text.stdout

@@ -7,9 +7,10 @@ that writes and reads them.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
+
+from memoryd.exchange import records
 
 FORMAT = "memoryd-export"
 FORMAT_VERSION = 1
@@ -57,6 +58,17 @@ class MemoryLine:
     record: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class RefusedLine:
+    """A memory record refused before any write: its line, its id when it has a readable one,
+    the field at fault and why."""
+
+    line: int
+    source_id: str | None
+    field: str
+    reason: str
+
+
 @dataclass
 class ExportFile:
     """An export read back: its header, its memory records in file order, and what was odd."""
@@ -65,49 +77,50 @@ class ExportFile:
     memories: list[MemoryLine] = field(default_factory=list)
     #: (line number, reason) for lines that could not be read.
     bad_lines: list[tuple[int, str]] = field(default_factory=list)
+    #: Memory records whose fields have the wrong shape (exchange/records.py).
+    refused: list[RefusedLine] = field(default_factory=list)
     #: Whether the end record was found (an export cut short has none).
     complete: bool = False
     unknown_records: int = 0
 
 
-def _lines(stream: IO[str]) -> Iterator[tuple[int, str]]:
-    for number, line in enumerate(stream, start=1):
-        if line.strip():
-            yield number, line
-
-
-def read(stream: IO[str]) -> ExportFile:
-    """Read an export; raise FormatError when the first line is not a readable header."""
-    lines = _lines(stream)
+def read(stream: IO[bytes]) -> ExportFile:
+    """Read an export (bytes: each line is decoded alone, so one bad line is one refusal);
+    raise FormatError when the first line is not a readable header. Nothing else raises:
+    an unreadable line goes to ``bad_lines``, a memory record of the wrong shape to
+    ``refused`` (exchange/records.py)."""
+    lines = records.lines(stream)
     first = next(lines, None)
     if first is None:
         raise FormatError("the file is empty; expected a memoryd export (memoryd export > FILE)")
-    try:
-        head = json.loads(first[1])
-    except json.JSONDecodeError as exc:
-        raise FormatError(f"line {first[0]} is not JSON ({exc}); expected a memoryd export header") from exc
+    head, why = records.decode(first)
+    if why is not None:
+        raise FormatError(f"line {first.number} is {why}; expected a memoryd export header")
     if not isinstance(head, dict) or head.get("record") != "header" or head.get("format") != FORMAT:
         raise FormatError("the first line is not a memoryd export header; "
                           "make the file with `memoryd export > FILE`")
     version = head.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
+    if isinstance(version, bool) or not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
         raise FormatError(f"export format_version {version!r} is not one this memoryd reads (it reads "
                           f"1..{FORMAT_VERSION}); import it with the memoryd that wrote it, or a newer one")
     out = ExportFile(header=head)
-    for number, line in lines:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            out.bad_lines.append((number, f"not JSON ({exc.msg})"))
+    for line in lines:
+        record, why = records.decode(line)
+        if why is not None:
+            out.bad_lines.append((line.number, why))
             continue
         kind = record.get("record") if isinstance(record, dict) else None
         if kind == "memory":
-            if not isinstance(record.get("id"), str) or not isinstance(record.get("content"), str):
-                out.bad_lines.append((number, "a memory record needs a string id and content"))
+            bad = records.check_memory(record)
+            if bad is not None:
+                out.refused.append(RefusedLine(line.number, records.readable_id(record), bad.field,
+                                               f"{bad.field} {bad.reason}"))
                 continue
-            out.memories.append(MemoryLine(number, record))
+            out.memories.append(MemoryLine(line.number, record))
         elif kind == "end":
             out.complete = True
-        else:
+        elif isinstance(record, dict):
             out.unknown_records += 1  # a later format's record: skipped, counted
+        else:
+            out.bad_lines.append((line.number, "not a JSON object"))
     return out

@@ -1,5 +1,10 @@
 """Import an export through ``memory.write_many`` on the operator socket.
 
+The file is untrusted: exchange/records.py has already refused the lines it
+cannot read and the records of the wrong shape (by line and field), so every
+record planned here has fields a write can be built from; what the target
+store refuses is refused per record, and the rest is written.
+
 Each memory record becomes a write whose idempotency key is derived from the
 record (its exported id and its content), so an import that is cut short and
 run again writes every row once. The write carries a ``restore`` block with
@@ -54,9 +59,13 @@ class Planned:
 
 @dataclass
 class Refusal:
+    """A record not imported: its line, its exported id (None when unreadable), the field at
+    fault (None when the daemon's refusal named none) and why."""
+
     line: int
-    source_id: str
+    source_id: str | None
     reason: str
+    field: str | None = None
 
 
 @dataclass
@@ -76,7 +85,8 @@ class Summary:
     def as_dict(self) -> dict[str, Any]:
         return {
             "records": self.records, "written": self.written, "duplicates": self.duplicates,
-            "refused": [{"line": r.line, "id": r.source_id, "reason": r.reason} for r in self.refused],
+            "refused": [{"line": r.line, "id": r.source_id, "field": r.field, "reason": r.reason}
+                        for r in self.refused],
             "links_restored": self.links_restored, "links_skipped": self.links_skipped,
             "bad_lines": [{"line": n, "reason": why} for n, why in self.bad_lines],
             "complete": self.complete,
@@ -131,9 +141,10 @@ class Importer:
     def run(self, export: ExportFile) -> Summary:
         """Import every record; raise the client's error when the daemon cannot take writes."""
         order, skipped = plan(export)
-        self.summary.records = len(order)
+        self.summary.records = len(order) + len(export.refused)
         self.summary.links_skipped = skipped
         self.summary.bad_lines = list(export.bad_lines)
+        self.summary.refused = [Refusal(r.line, r.source_id, r.reason, r.field) for r in export.refused]
         self.summary.complete = export.complete
         layer_start = 0
         while layer_start < len(order):
@@ -179,7 +190,7 @@ class Importer:
             except ClientError as exc:
                 index = exc.data.get("index")
                 if exc.code in ITEM_CODES and isinstance(index, int) and 0 <= index < len(pending):
-                    self._refuse(pending.pop(index), exc.message)
+                    self._refuse(pending.pop(index), exc.message, exc.data.get("field"))
                     continue
                 if len(pending) > 1 and (exc.code in UNNAMED_CODES or exc.code in ITEM_CODES):
                     for item in pending:  # the batch is all or nothing: find the refused rows alone
@@ -191,7 +202,7 @@ class Importer:
                     continue
                 if exc.code in RETRY_CODES:
                     raise
-                self._refuse(pending[0], f"{exc.message} (error {exc.code})")
+                self._refuse(pending[0], f"{exc.message} (error {exc.code})", exc.data.get("field"))
                 return
             for item, result in zip(pending, results, strict=True):
                 self._record(item, result)
@@ -207,5 +218,21 @@ class Importer:
         self.summary.links_restored += kept
         self.summary.links_skipped += len(item.links) - kept
 
-    def _refuse(self, item: Planned, reason: str) -> None:
-        self.summary.refused.append(Refusal(item.line, item.source_id, reason))
+    def _refuse(self, item: Planned, reason: str, field: Any = None) -> None:
+        self.summary.refused.append(Refusal(item.line, item.source_id, reason, record_field(field)))
+
+
+def record_field(field: Any) -> str | None:
+    """The record field a daemon's refusal names: ``items[3].restore.status`` is the record's
+    ``status``, ``restore.source_id`` its ``id``, ``restore.links[0].to`` its ``links``."""
+    if not isinstance(field, str) or not field:
+        return None
+    if field.startswith("items["):
+        field = field.partition("].")[2] or field
+    if field.startswith("restore."):
+        field = field[len("restore."):]
+    if field == "source_id":
+        return "id"
+    if field.startswith("links"):
+        return "links"  # the daemon numbers the resolved links, not the record's
+    return field
