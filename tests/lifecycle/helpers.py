@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -89,3 +90,23 @@ def insert_candidate(engine: Engine, memory_id: str, content: str, *, agent_id: 
             scope="agent", owner=agent_id, agent_id=agent_id, status="candidate", importance=0.5,
             importance_raw=0.5, valid_from=at, recorded_at=at, derived=True, metadata={},
         ))
+
+
+def files_holding(root: Path, needle: bytes) -> list[str]:
+    """Every file under ``root`` whose bytes contain ``needle``."""
+    return [str(p) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+def store_holding(daemon: DaemonHandle, needle: str) -> list[str]:
+    """Where the daemon's store holds ``needle``: on SQLite, every file of the data dir (the
+    database, its WAL, anything beside them); on PostgreSQL, every table whose rows, read
+    whole as text (lexemes and JSON included), contain it."""
+    if daemon.db_url is None:
+        return files_holding(daemon.data_dir, needle.encode())
+    tables = [t for (t,) in daemon.query(
+        "SELECT table_name FROM information_schema.tables "
+        "WHERE table_schema = 'public' AND table_type = 'BASE TABLE'")]
+    assert {"memories", "jobs", "audit_events", "tombstones", "forget_requests"} <= set(tables), tables
+    return [t for t in tables
+            if daemon.scalar(f'SELECT count(*) FROM "{t}" AS r WHERE CAST(r AS TEXT) LIKE ?',
+                             (f"%{needle}%",))]

@@ -1,7 +1,9 @@
 """The audit log: one hash-chained event per mutation, in the mutation's transaction.
 
-An event holds ids, content hashes and changed fields, never memory text, so
-an erasure never has to rewrite history (and never breaks the chain).
+An event holds ids, content hashes and changed fields, never memory text, and
+owner values only as keyed hashes (store/keyed.py), so an erasure never has
+to rewrite history (and never breaks the chain): an event's hash covers
+exactly what the row stores, and no erasure changes a stored event.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from memoryd.store.schema import audit_events
 GENESIS = "0" * 64
 
 
-def _digest(prev_hash: str, at: str, actor: str, action: str, memory_id: str | None,
-            detail: dict[str, Any]) -> str:
+def digest(prev_hash: str, at: str, actor: str, action: str, memory_id: str | None,
+           detail: dict[str, Any]) -> str:
+    """One event's hash: over the previous hash and the event's stored fields."""
     body = json.dumps(
         {"at": at, "actor": actor, "action": action, "memory_id": memory_id, "detail": detail},
         sort_keys=True,
@@ -72,10 +75,10 @@ def append_many(conn: Connection, events: Sequence[Event]) -> str:
     prev = last_hash(conn)
     rows = []
     for ev in events:
-        digest = _digest(prev, ev.at, ev.actor, ev.action, ev.memory_id, ev.detail)
+        digest_ = digest(prev, ev.at, ev.actor, ev.action, ev.memory_id, ev.detail)
         rows.append({"at": ev.at, "actor": ev.actor, "action": ev.action, "memory_id": ev.memory_id,
-                     "detail": json.dumps(ev.detail), "prev_hash": prev, "hash": digest})
-        prev = digest
+                     "detail": json.dumps(ev.detail), "prev_hash": prev, "hash": digest_})
+        prev = digest_
     stmt = prepare(conn, "audit-append", lambda: insert(audit_events).values(
         {name: bindparam(name) for name in _EVENT_COLUMNS}))
     run_many(conn, stmt, rows)
@@ -90,7 +93,7 @@ def verify(conn: Connection) -> tuple[int, int | None]:
     prev = GENESIS
     checked = 0
     for row in conn.execute(select(audit_events).order_by(audit_events.c.seq)):
-        expected = _digest(prev, row.at, row.actor, row.action, row.memory_id, row.detail)
+        expected = digest(prev, row.at, row.actor, row.action, row.memory_id, row.detail)
         if row.prev_hash != prev or row.hash != expected:
             return checked, row.seq
         prev = row.hash

@@ -26,7 +26,7 @@ from sqlalchemy import Connection, Select, Table, bindparam, insert, select, tup
 from memoryd.clock import to_rfc3339
 from memoryd.errors import MemorydError
 from memoryd.queue import jobs as jobq
-from memoryd.store import audit
+from memoryd.store import audit, keyed
 from memoryd.store.memories import (
     NewMemory,
     WriteContext,
@@ -88,8 +88,11 @@ def _lookup(conn: Connection, table: Table, extra: tuple[str, ...],
 
 
 def tombstoned(conn: Connection, keys: set[Identity]) -> set[Identity]:
-    """Which of ``keys`` carry a tombstone."""
-    return {(r[0], r[1], r[2]) for r in _lookup(conn, tombstones, (), sorted(keys))}
+    """Which of ``keys`` carry a tombstone (tombstones hold the owner's keyed hash)."""
+    key = keyed.secret(conn)
+    by_keyed = {(scope, keyed.keyed_with(key, owner), chash): (scope, owner, chash)
+                for scope, owner, chash in keys}
+    return {by_keyed[(r[0], r[1], r[2])] for r in _lookup(conn, tombstones, (), sorted(by_keyed))}
 
 
 def live_rows(conn: Connection, keys: set[Identity]) -> dict[Identity, _Live]:
@@ -105,9 +108,28 @@ def live_rows(conn: Connection, keys: set[Identity]) -> dict[Identity, _Live]:
     return {key: live for key, (_, live) in found.items()}
 
 
-_NEW_ROW_COLUMNS = ("id", "content", "content_hash", "kind", "scope", "owner", "agent_id", "user_id",
-                    "project", "session_id", "status", "importance", "importance_raw", "valid_from",
-                    "valid_to", "occurred_at", "recorded_at", "expires_at", "derived", "metadata")
+def rows_of(conn: Connection, keys: set[Identity]) -> list[Any]:
+    """Every row (any status) of each identity in ``keys``: its seq, id, scope, owner,
+    content hash and status (what a forget needs of a row)."""
+    found = _lookup(conn, memories, ("seq", "id", "status"), sorted(keys))
+    return [_Row(seq=r[3], id=r[4], scope=r[0], owner=r[1], content_hash=r[2], status=r[5])
+            for r in found]
+
+
+@dataclass(frozen=True)
+class _Row:
+    seq: int
+    id: str
+    scope: str
+    owner: str
+    content_hash: str
+    status: str
+
+
+_NEW_ROW_COLUMNS = ("id", "content", "content_hash", "loose_hash", "kind", "scope", "owner", "agent_id",
+                    "user_id", "project", "session_id", "status", "importance", "importance_raw",
+                    "valid_from", "valid_to", "occurred_at", "recorded_at", "expires_at", "derived",
+                    "metadata")
 
 
 def _insert_rows(conn: Connection, rows: list[dict[str, Any]]) -> None:
@@ -134,6 +156,7 @@ def write_plain(conn: Connection, units: Sequence[tuple[Sequence[NewMemory], str
     dead = tombstoned(conn, wanted)
     live = live_rows(conn, wanted - dead)
     at = to_rfc3339(now)
+    secret = keyed.secret(conn)
     rows: list[dict[str, Any]] = []
     events: list[audit.Event] = []
     bumps: Counter[str] = Counter()
@@ -154,7 +177,7 @@ def write_plain(conn: Connection, units: Sequence[tuple[Sequence[NewMemory], str
                 continue
             values = new_row(item, key[2], now)
             rows.append(values)
-            events.append(write_event(values, actor))
+            events.append(write_event(values, actor, secret))
             live[key] = _Live(values["id"], values["recorded_at"], 1)
             results.append(new_result(values, list(ctx.passes)))
         outcomes.append(results)

@@ -15,12 +15,20 @@ from sqlalchemy import Connection, delete, func, select, update
 from memoryd.clock import to_rfc3339
 from memoryd.errors import Conflict, Forbidden, InvalidParams, NotFound
 from memoryd.queue import jobs as jobq
-from memoryd.store import audit, entities, links, proposals, turns
+from memoryd.store import audit, entities, groupwrite, links, proposals, turns
+from memoryd.store.backend import backend_for
 from memoryd.store.ids import is_memory_id, new_id
-from memoryd.store.memories import NewMemory, WriteContext, add_tombstone, get_row, write_memory
+from memoryd.store.memories import (
+    NewMemory,
+    WriteContext,
+    add_tombstone,
+    get_row,
+    lock_name,
+    loose_hash,
+    write_memory,
+)
 from memoryd.store.schema import LIVE_STATUSES, forget_requests, idempotency_keys, jobs, memories
 from memoryd.store.scope import Reader
-from memoryd.text.normalize import loose
 
 #: Statuses that still hold their text (anything but deleting/forgotten).
 TEXT_STATUSES = ("active", "candidate", "superseded", "rejected", "archived")
@@ -111,11 +119,12 @@ def copies_of(conn: Connection, row: Any) -> list[Any]:
     """Rows that hold ``row``'s text in other places: its collapsed duplicates and
     the rows it was collapsed into (``merged_into`` links, both ways, transitively),
     and rows of the same scope and owner whose text is the same after loose
-    normalisation (a copy consolidate has not reached yet). Forgetting a memory
-    forgets these too, or its words would stay readable."""
+    normalisation (a copy consolidate has not reached yet), found by their
+    ``loose_hash`` whatever their length. Forgetting a memory forgets these too,
+    or its words would stay readable."""
     if row.content is None:
         return []
-    target = loose(row.content)
+    target = loose_hash(row.content)
     same_owner = (memories.c.scope == row.scope) & (memories.c.owner == row.owner)
     seen, out, frontier = {row.id}, [], [row.id]
     while frontier:
@@ -126,15 +135,26 @@ def copies_of(conn: Connection, row: Any) -> list[Any]:
                 continue
             seen.add(other_id)
             other = conn.execute(select(memories).where(memories.c.id == other_id, same_owner)).first()
-            if other is not None and other.content is not None and loose(other.content) == target:
+            if other is not None and other.content is not None and loose_hash(other.content) == target:
                 out.append(other)
                 frontier.append(other_id)
-    size = len(row.content)
-    near = conn.execute(select(memories).where(
-        same_owner, memories.c.id.not_in(seen), memories.c.content.is_not(None),
-        func.length(memories.c.content).between(max(0, size - 16), size + 16)))
-    out += [r for r in near if loose(r.content) == target]
+    out += conn.execute(select(memories).where(
+        same_owner, memories.c.loose_hash == target, memories.c.id.not_in(seen))).all()
     return [r for r in out if r.status not in ("deleting", "forgotten")]
+
+
+def _lock_and_catch_up(conn: Connection, rows: list[Any]) -> list[Any]:
+    """Take the write path's lock on each row's content identity (store/memories.py
+    lock_name), then add the live rows of those identities a write committed before
+    the lock was ours. From here to the commit no write of these identities can pass
+    its tombstone check: it waits for the lock, then finds the tombstone (PostgreSQL;
+    SQLite's single writer already serialises them)."""
+    backend_for(conn).lock_identities(conn, (lock_name(r.scope, r.owner, r.content_hash) for r in rows))
+    if not rows:
+        return rows
+    taken = {r.id for r in rows}
+    found = groupwrite.rows_of(conn, {(r.scope, r.owner, r.content_hash) for r in rows})
+    return rows + [r for r in found if r.id not in taken and r.status not in ("deleting", "forgotten")]
 
 
 def forget(conn: Connection, *, memory_id: str | None, subject: dict[str, str] | None,
@@ -167,7 +187,7 @@ def forget(conn: Connection, *, memory_id: str | None, subject: dict[str, str] |
         if limit is not None and len(rows) > limit:
             rows = rows[:limit]
             next_seq = rows[-1].seq
-    matched = [r for r in rows if r.status not in ("deleting", "forgotten")]
+    matched = _lock_and_catch_up(conn, [r for r in rows if r.status not in ("deleting", "forgotten")])
     ids = [r.id for r in matched]
     if ids:
         conn.execute(update(memories).where(memories.c.id.in_(ids)).values(status="deleting"))
@@ -182,7 +202,9 @@ def forget(conn: Connection, *, memory_id: str | None, subject: dict[str, str] |
                              "after": {"status": "deleting"}, "tombstone": tombstone, "reason": reason})
     request_id = new_id("fgt_")
     conn.execute(forget_requests.insert().values(
-        id=request_id, subject={"id": memory_id} if memory_id else subject, memory_ids=ids,
+        # A forget by subject keeps the field, not the value: nothing needs to match it again.
+        id=request_id, subject={"id": memory_id} if memory_id else dict.fromkeys(subject or {}),
+        memory_ids=ids,
         reason=reason, tombstone=tombstone, matched=len(ids), status="pending", created_at=stamp,
     ))
     jobq.enqueue(conn, "retention", f"forget:{request_id}", now=now.timestamp(), max_attempts=max_attempts)
@@ -214,7 +236,7 @@ def erase(conn: Connection, memory_id: str, now: datetime, actor: str) -> int:
     if after is not None:
         jobq.enqueue(conn, "embed", after.id, now=now.timestamp())
     conn.execute(update(memories).where(memories.c.id == memory_id).values(
-        content=None, metadata={}, status="forgotten", owner="", agent_id=None, user_id=None,
+        content=None, loose_hash=None, metadata={}, status="forgotten", owner="", agent_id=None, user_id=None,
         project=None, session_id=None, retired_at=row.retired_at or stamp,
     ))
     conn.execute(delete(idempotency_keys).where(idempotency_keys.c.result["id"].as_string() == memory_id))
@@ -330,6 +352,7 @@ def reject_candidate(conn: Connection, memory_id: str, now: datetime, actor: str
     row = _live_row(conn, memory_id, "id")
     if row.status != "candidate":
         raise Conflict(f"memory {memory_id} is {row.status}, not a candidate", data={"field": "id"})
+    backend_for(conn).lock_identities(conn, [lock_name(row.scope, row.owner, row.content_hash)])
     conn.execute(update(memories).where(memories.c.id == memory_id)
                  .values(status="rejected", retired_at=to_rfc3339(now)))
     add_tombstone(conn, row.scope, row.owner, row.content_hash, now, reason or "rejected in review")

@@ -16,9 +16,11 @@ from sqlalchemy import Connection, Row, and_, bindparam, delete, insert, select,
 from memoryd.clock import parse_rfc3339, to_rfc3339
 from memoryd.errors import Conflict, NotFound, Tombstoned
 from memoryd.queue import jobs as jobq
-from memoryd.store import audit, links
+from memoryd.store import audit, keyed, links
+from memoryd.store.backend import backend_for
 from memoryd.store.ids import new_memory_id
 from memoryd.store.schema import LIVE_STATUSES, idempotency_keys, memories, tombstones
+from memoryd.text.normalize import loose
 
 
 def normalize_content(content: str) -> str:
@@ -29,6 +31,19 @@ def normalize_content(content: str) -> str:
 def content_hash(content: str) -> str:
     """sha256 of the normalised content (duplicates and tombstones compare this)."""
     return hashlib.sha256(normalize_content(content).encode("utf-8")).hexdigest()
+
+
+def loose_hash(content: str) -> str:
+    """sha256 of the loosely normalised content (text/normalize.py ``loose``): what forget
+    finds a row's copies by, whatever their length (``memories.loose_hash``, indexed)."""
+    return hashlib.sha256(loose(content).encode("utf-8")).hexdigest()
+
+
+def lock_name(scope: str, owner: str, chash: str) -> str:
+    """The name a write locks (Backend.lock_identities) for one content identity. A forget
+    lays its tombstones under the same names, so a write and a forget of one text are one
+    serialised decision on every backend."""
+    return f"content\0{scope}\0{owner}\0{chash}"
 
 
 @dataclass(frozen=True)
@@ -106,6 +121,9 @@ def write_memory(conn: Connection, req: NewMemory, now: datetime, ctx: WriteCont
     """
     now_epoch = now.timestamp()
     chash = req.hash
+    # Already held when the group committer took this write; not when another mutation
+    # (supersede, merge, an extracted fact) writes: re-taking a held lock is a no-op.
+    backend_for(conn).lock_identities(conn, [lock_name(req.scope, req.owner, chash)])
     if req.idempotency_key is not None:
         prior = conn.execute(
             select(idempotency_keys.c.request_hash, idempotency_keys.c.result).where(
@@ -175,7 +193,7 @@ def _insert_new(conn: Connection, req: NewMemory, chash: str, now: datetime,
         # An imported row brings its derived rows along: it is embedded again, not re-extracted.
         passes = [p for p in ctx.passes if p in RESTORED_PASSES]
     conn.execute(insert(memories).values(**values))
-    event = write_event(values, ctx.actor)
+    event = write_event(values, ctx.actor, keyed.secret(conn))
     if req.restore is not None:
         # Stamped now: the import happens now, whatever time the row was first recorded.
         event = audit.Event(to_rfc3339(now), event.actor, "memory.import", event.memory_id,
@@ -195,6 +213,7 @@ def new_row(req: NewMemory, chash: str, now: datetime) -> dict[str, Any]:
         "id": new_memory_id(int(now.timestamp() * 1000)),
         "content": req.content,
         "content_hash": chash,
+        "loose_hash": loose_hash(req.content),
         "kind": req.kind,
         "scope": req.scope,
         "owner": req.owner,
@@ -254,11 +273,14 @@ _WRITE_DETAIL = ("content_hash", "kind", "scope", "owner", "status", "importance
                  "valid_to", "occurred_at", "expires_at")
 
 
-def write_event(values: dict[str, Any], actor: str) -> audit.Event:
-    """The audit event of a new row (hashes and fields, never the text)."""
+def write_event(values: dict[str, Any], actor: str, key: bytes) -> audit.Event:
+    """The audit event of a new row (hashes and fields, never the text). The owner is
+    recorded as its keyed hash under ``key`` (store/keyed.py): the chain can never be
+    rewritten, so it never holds an identifier a forget by subject must erase."""
+    detail = {k: values[k] for k in _WRITE_DETAIL}
+    detail["owner"] = keyed.keyed_with(key, values["owner"])
     return audit.Event(values["recorded_at"], actor,
-                       "memory.derive" if values["derived"] else "memory.write", values["id"],
-                       {k: values[k] for k in _WRITE_DETAIL})
+                       "memory.derive" if values["derived"] else "memory.write", values["id"], detail)
 
 
 def corroborate_event(at: str, actor: str, memory_id: str, before: int) -> audit.Event:
@@ -290,10 +312,11 @@ def tombstoned_error() -> Tombstoned:
 
 
 def is_tombstoned(conn: Connection, scope: str, owner: str, chash: str) -> bool:
-    """Whether (scope, owner, content hash) carries a tombstone."""
+    """Whether (scope, owner, content hash) carries a tombstone (which holds the owner as
+    its keyed hash, store/keyed.py)."""
     return conn.execute(
         select(tombstones.c.id).where(
-            tombstones.c.scope == scope, tombstones.c.owner == owner,
+            tombstones.c.scope == scope, tombstones.c.owner == keyed.keyed(conn, owner),
             tombstones.c.content_hash == chash,
         ).limit(1)
     ).first() is not None
@@ -301,10 +324,12 @@ def is_tombstoned(conn: Connection, scope: str, owner: str, chash: str) -> bool:
 
 def add_tombstone(conn: Connection, scope: str, owner: str, chash: str, now: datetime,
                   reason: str | None = None) -> None:
-    """Lay a tombstone (idempotent)."""
+    """Lay a tombstone (idempotent). It keeps the owner only as a keyed hash: enough to
+    refuse that owner's rewrite, not to tell who the owner was."""
     if not is_tombstoned(conn, scope, owner, chash):
         conn.execute(insert(tombstones).values(
-            scope=scope, owner=owner, content_hash=chash, created_at=to_rfc3339(now), reason=reason,
+            scope=scope, owner=keyed.keyed(conn, owner), content_hash=chash, created_at=to_rfc3339(now),
+            reason=reason,
         ))
 
 

@@ -74,7 +74,11 @@ memories = Table(
     Column("kind_confidence", Float),
     # When the remembered thing happened or was said (protocol 1.1); NULL when unknown.
     Column("occurred_at", String(32)),
+    # sha256 of the loosely normalised content (store/memories.py loose_hash): forget finds a
+    # row's copies by it, whatever their length (migration 0009). NULL once forgotten.
+    Column("loose_hash", String(64)),
     Index("ix_memories_identity", "scope", "owner", "content_hash"),
+    Index("ix_memories_loose", "scope", "owner", "loose_hash"),
     Index("ix_memories_status", "status"),
     Index("ix_memories_recorded_at", "recorded_at"),
     Index("ix_memories_occurred_at", "occurred_at"),
@@ -125,6 +129,7 @@ tombstones = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("scope", String(16), nullable=False),
+    # The owner's keyed hash (store/keyed.py), never the owner itself (migration 0009).
     Column("owner", String(256), nullable=False),
     Column("content_hash", String(64), nullable=False),
     Column("created_at", String(32), nullable=False),
@@ -211,6 +216,7 @@ forget_requests = Table(
     "forget_requests",
     metadata,
     Column("id", String(32), primary_key=True),
+    # {"id": memory id}, or {field: null} for a forget by subject: the owner value is not kept.
     Column("subject", JSON, nullable=False),
     Column("memory_ids", JSON, nullable=False),
     Column("reason", Text),

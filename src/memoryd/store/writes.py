@@ -23,7 +23,7 @@ from memoryd.errors import MemorydError, StoreUnavailable
 from memoryd.passes import failures
 from memoryd.store.backend import backend_for
 from memoryd.store.groupwrite import identity, is_plain, write_plain
-from memoryd.store.memories import NewMemory, WriteContext, record_access, write_memory
+from memoryd.store.memories import NewMemory, WriteContext, lock_name, record_access, write_memory
 
 log = structlog.get_logger(__name__)
 
@@ -99,7 +99,7 @@ def _identities(units: Sequence[WriteUnit]) -> Iterator[str]:
     its idempotency key. A generator: a backend that needs no locks (SQLite) never hashes."""
     for unit in units:
         for item in unit.items:
-            yield "\0".join(("content", *identity(item)))
+            yield lock_name(*identity(item))
             if item.idempotency_key is not None:
                 yield f"key\0{item.scope}\0{item.owner}\0{item.idempotency_key}"
 
