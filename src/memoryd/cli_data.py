@@ -196,7 +196,10 @@ def export_cmd(socket_path: str | None, config_path: str | None, scope: str | No
     if with_vectors:
         params["with_vectors"] = True
     filters = {k: v for k, v in params.items() if k not in ("limit", "with_vectors")}
-    target: IO[str] = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+    from memoryd import privatefs
+
+    # The export holds every memory's text: 0600, also when the file existed looser.
+    target: IO[str] = privatefs.open_text(output) if output else sys.stdout
     count = 0
     try:
         with _session(cfg, admin=True) as call, _Progress("export", sys.stderr.isatty()) as bar:

@@ -28,13 +28,16 @@ def test_sockets_are_mode_0600_inside_a_0700_directory(daemon: DaemonHandle) -> 
     assert daemon.call("daemon.ping", admin=True)["protocol"] == 1  # the admin socket answers too
 
 
-def test_existing_looser_socket_directory_owned_by_us_is_tightened(
+def test_existing_socket_directory_the_user_made_is_used_as_it_is(
         start_daemon: Callable[..., DaemonHandle], short_tmp: Path) -> None:
+    """``--socket`` in a directory the user made (0755: others may list it, not write it) is not
+    memoryd's to chmod (issue 20 item 8): it keeps its mode, and the socket in it is 0600, so no
+    other user can connect. memoryd's own directories are tightened (test_file_modes.py)."""
     loose = short_tmp / "loose"
     loose.mkdir()
     loose.chmod(0o755)
     daemon = start_daemon(socket=loose / "memoryd.sock")
-    assert _mode(loose) == 0o700
+    assert _mode(loose) == 0o755
     assert _mode(daemon.socket) == 0o600
     daemon.assert_alive()
 
@@ -52,10 +55,12 @@ def test_looser_socket_directory_owned_by_another_user_is_refused(
     assert _mode(theirs) == 0o755  # not ours: left as it was
     assert not refused.socket.exists()
 
-    # Positive control: once the directory is ours, the same daemon starts and tightens it.
+    # Positive control: once the directory is ours, the same daemon starts in it; a directory
+    # memoryd did not create keeps its mode (others may list it, not write it).
     os.chown(theirs, os.getuid(), os.getgid())
     refused.start()
-    assert _mode(theirs) == 0o700
+    assert _mode(theirs) == 0o755
+    assert _mode(refused.socket) == 0o600
     refused.assert_alive()
 
 

@@ -16,7 +16,7 @@ import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Engine
 
-from memoryd import __version__
+from memoryd import __version__, privatefs
 from memoryd.clock import utcnow
 from memoryd.config import Config
 from memoryd.daemon import cluster, schedules, systemd
@@ -46,8 +46,28 @@ def node_id(data_dir: Path) -> str:
     """This data directory's stable worker identity (the lease owner across restarts)."""
     path = data_dir / "node_id"
     if not path.exists():
-        path.write_text(f"node-{secrets.token_hex(6)}\n")
+        privatefs.write_private(path, f"node-{secrets.token_hex(6)}\n")
     return path.read_text().strip()
+
+
+def make_data_dir_private(data_dir: Path, db_url: str) -> None:
+    """Create the data directory 0700, or make the existing one private (docs/security.md).
+
+    A data directory the user owns that others can read is tightened to 0700,
+    and a SQLite store's files (database, WAL, shared memory) to 0600: an older
+    memoryd, or a ``memoryd capture`` run before the daemon ever started, may
+    have left them readable. One that is not the user's to tighten (another
+    user's, or a shared directory such as /tmp) is refused with the fix.
+    """
+    verdict = privatefs.ensure_private_dir(data_dir, what="data directory", own=True)
+    if verdict.action == privatefs.TIGHTEN:
+        log.warning("datadir.tightened", path=str(data_dir), mode=privatefs.mode_text(verdict.mode))
+    if db_url.startswith("sqlite:///"):
+        db = db_url.removeprefix("sqlite:///").split("?", 1)[0]
+        for path in (db, f"{db}-wal", f"{db}-shm", f"{db}-journal"):
+            old = privatefs.tighten_file(path)
+            if old is not None:
+                log.warning("store.file_tightened", path=path, mode=privatefs.mode_text(old))
 
 
 def lower_priority(niceness: int) -> None:
@@ -98,10 +118,13 @@ class Daemon:
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT; return the process exit code."""
+        # The entry point set it already; a daemon started another way (embedded, a test)
+        # must not leave SQLite to create the database under a looser umask either.
+        privatefs.private_umask()
         return asyncio.run(self._main())
 
     async def _main(self) -> int:
-        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_data_dir_private(self.data_dir, self.cfg.resolved_db_url())
         self.lock.acquire()
         lower_priority(self.cfg.nice)
         try:

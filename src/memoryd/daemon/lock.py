@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import IO
 
+from memoryd import privatefs
 from memoryd.errors import MemorydError
 
 
@@ -22,8 +23,9 @@ class DataDirLock:
         self._fh: IO[str] | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fh = open(self.path, "a+")  # noqa: SIM115 - held for the daemon's life
+        privatefs.make_dirs(self.path.parent)
+        # Opened 0600 (and made so if an older memoryd left it looser): it names our pid.
+        fh = os.fdopen(privatefs.open_private(self.path, os.O_RDWR | os.O_APPEND), "a+")
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -34,6 +34,7 @@ import json
 import os
 import time
 
+from memoryd import privatefs
 from memoryd.editors import capture_spool as spool
 from memoryd.editors.capture_rpc import DeadlineCaller, RpcError
 from memoryd.editors.capture_transcript import TranscriptRefused, Turn, read_turns
@@ -134,7 +135,7 @@ def state_path(data_dir: str, transcript_path: str) -> str:
 @contextlib.contextmanager
 def cursor(path: str, wait_s: float = LOCK_WAIT_S) -> Iterator[dict[str, Any] | None]:
     """The transcript's cursor, locked for this run (None when another run holds it)."""
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    privatefs.make_dirs(os.path.dirname(path))
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         give_up = time.monotonic() + wait_s

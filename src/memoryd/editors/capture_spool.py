@@ -21,6 +21,8 @@ import json
 import os
 import time
 
+from memoryd import privatefs
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -45,8 +47,7 @@ def _fsync_dir(path: str) -> None:
 
 def append(folder: str, items: list[dict[str, Any]]) -> str:
     """Durably add one file holding ``items``; return its path."""
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    os.chmod(folder, 0o700)
+    privatefs.ensure_private_dir(folder, what="capture spool", own=True)
     stem = f"{time.time_ns():020d}-{os.getpid()}"
     tmp = os.path.join(folder, f".{stem}.tmp")
     final = os.path.join(folder, f"{stem}{SUFFIX}")

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memoryd import privatefs
+
 DEFAULT_NAME = "memoryd"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -274,23 +276,34 @@ def _free_backup_name(path: Path, stamp: str) -> Path:
     return backup
 
 
+def _private_copy(source: Path, backup: Path) -> None:
+    """Copy ``source`` to the new file ``backup``, mode 0600 from its first byte, times kept."""
+    fd = privatefs.open_private(backup, os.O_WRONLY | os.O_EXCL)
+    with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
+        shutil.copyfileobj(src, out)
+    st = source.stat()
+    os.utime(backup, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
 def apply(install: InstallPlan, *, now: float | None = None) -> Path | None:
     """Write the merged file; return the backup of the old one (None when there was none).
 
     The old file is copied to ``NAME.memoryd-backup-YYYYmmddTHHMMSS`` first (a free
-    name: an earlier backup is never overwritten), and
+    name: an earlier backup is never overwritten; mode 0600 whatever the
+    original's, since an editor's config may hold its tokens), and
     the new text replaces it atomically (same directory, then rename), keeping
-    its permission bits. An unchanged file is not touched.
+    its permission bits. A file memoryd creates is 0600, and so is each
+    directory it creates for it (memoryd.privatefs). An unchanged file is not touched.
     """
     if not install.changed:
         return None
     path = install.path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    privatefs.make_dirs(path.parent)
     backup = None
-    mode = 0o644
+    mode = privatefs.FILE_MODE
     if install.old_text is not None:
         backup = _free_backup_name(path, time.strftime("%Y%m%dT%H%M%S", time.localtime(now)))
-        shutil.copy2(path, backup)
+        _private_copy(path, backup)
         mode = path.stat().st_mode & 0o7777
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

@@ -9,6 +9,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from memoryd import privatefs
 from memoryd.osservice.units import LAUNCHD_FILE, LAUNCHD_LABEL, Target, render, secret_files
 
 Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
@@ -25,21 +26,21 @@ def _systemctl(target: Target) -> list[str]:
 def install(target: Target, run: Runner = run_tool) -> list[str]:
     """Write the files and enable them; return the steps taken, for the user."""
     steps = []
-    target.unit_dir.mkdir(parents=True, exist_ok=True)
-    target.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    target.log_dir.mkdir(parents=True, exist_ok=True)
+    # Every directory created here is 0700 and every file 0600 (memoryd.privatefs), the
+    # data directory's parents included; the daemon checks an existing data directory at start.
+    for folder in (target.unit_dir, target.data_dir, target.log_dir):
+        privatefs.make_dirs(folder)
     for path, text in secret_files(target).items():
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        privatefs.make_dirs(path.parent)
         write_private(path, text)
         steps.append(f"wrote {path} (mode 0600: the store URL)")
     for name, text in render(target).items():
         path = target.unit_dir / name
+        write_private(path, text)
         if target.db_url and name == LAUNCHD_FILE:
-            write_private(path, text)  # the plist holds the store URL
             steps.append(f"wrote {path} (mode 0600: it holds the store URL)")
-            continue
-        path.write_text(text, encoding="utf-8")
-        steps.append(f"wrote {path}")
+        else:
+            steps.append(f"wrote {path}")
     if target.platform == "systemd":
         commands = [
             [*_systemctl(target), "daemon-reload"],
@@ -79,13 +80,7 @@ def uninstall(target: Target, run: Runner = run_tool) -> list[str]:
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` readable by its owner only (mode 0600 from the first byte,
     also when the file existed with a wider mode)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, text.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    privatefs.write_private(path, text)
 
 
 def _run_all(commands: list[list[str]], run: Runner) -> list[str]:

@@ -1,14 +1,31 @@
-"""Socket files: a private directory, a stale-socket probe, and an atomic bind."""
+"""Socket files: a private directory, a stale-socket probe, and an atomic bind.
+
+Which socket directories memoryd may tighten: its own. A directory it creates
+is made 0700 (every missing component). An existing one is memoryd's own when
+memoryd named it itself: the default agent socket directory
+(``$XDG_RUNTIME_DIR/memoryd/``, else the platform state dir) and any
+``memoryd-admin/`` (the operator socket's directory, whose place memoryd picks
+beside the agent socket's). Such a directory that exists looser is tightened
+when the user owns it, as PROTOCOL.md says. The folder of a path the user gave
+(``--socket /tmp/x.sock``: /tmp) is not memoryd's: its mode is never changed;
+it is used as it is when only its owner can write it, and refused when others
+can (a shared /tmp included), with the fix in the message.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import socket
-import stat
 from pathlib import Path
 
+import structlog
+
+from memoryd import privatefs
+from memoryd.config import ADMIN_DIR_NAME, Config
 from memoryd.errors import MemorydError
+
+log = structlog.get_logger(__name__)
 
 
 class SocketInUse(MemorydError):
@@ -16,20 +33,24 @@ class SocketInUse(MemorydError):
 
 
 class SocketDirUnsafe(MemorydError):
-    """The socket directory is looser than 0700 and not ours to tighten."""
+    """The socket directory is open to other users and not memoryd's to tighten."""
+
+
+def is_memoryd_socket_dir(path: Path) -> bool:
+    """Whether ``path`` is a socket directory memoryd names itself (so it may tighten it)."""
+    if path.name == ADMIN_DIR_NAME:
+        return True
+    return path.absolute() == Config().resolved_socket().parent.absolute()
 
 
 def ensure_private_dir(path: Path) -> None:
-    """Create ``path`` as 0700, or tighten it when we own it; refuse otherwise."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = path.stat()
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        if st.st_uid != os.getuid():
-            raise SocketDirUnsafe(
-                f"socket directory {path} is accessible to other users and owned by uid "
-                f"{st.st_uid}; choose another --socket path or fix its mode to 0700"
-            )
-        path.chmod(0o700)
+    """Create ``path`` 0700, or check the existing one: see the module's docstring."""
+    try:
+        verdict = privatefs.ensure_private_dir(path, what="socket directory", own=is_memoryd_socket_dir(path))
+    except privatefs.NotPrivate as exc:
+        raise SocketDirUnsafe(exc.message) from None
+    if verdict.action == privatefs.TIGHTEN:
+        log.warning("socket.dir_tightened", path=str(path), mode=privatefs.mode_text(verdict.mode))
 
 
 def probe(path: Path, timeout_s: float = 1.0) -> bool:
