@@ -45,14 +45,67 @@ def check_socket(cfg: Config) -> list[Finding]:
     except (ClientError, OSError) as exc:
         return [Finding("socket", FAIL, f"the daemon did not answer: {exc}",
                         "check the daemon log; restart it")]
+    out.append(socket_permissions(path))
+    return out
+
+
+def socket_permissions(path: Path) -> Finding:
+    """The socket 0600, in a directory the daemon's rules accept (service/sockets.py): its own
+    0700, or one it did not create that only its owner can write."""
+    from memoryd import privatefs
+    from memoryd.service.sockets import is_memoryd_socket_dir
+
     mode = stat.S_IMODE(path.stat().st_mode)
-    dir_mode = stat.S_IMODE(path.parent.stat().st_mode)
-    if mode & 0o077 or dir_mode & 0o077:
-        out.append(Finding("socket.permissions", FAIL,
-                           f"socket {oct(mode)} in directory {oct(dir_mode)}: other users may connect",
-                           f"chmod 600 {path}; chmod 700 {path.parent}; then restart memoryd"))
-    else:
-        out.append(Finding("socket.permissions", OK, f"socket {oct(mode)}, directory {oct(dir_mode)}"))
+    dir_st = path.parent.stat()
+    dir_mode = stat.S_IMODE(dir_st.st_mode)
+    verdict = privatefs.judge(path.parent, dir_st, what="socket directory",
+                              own=is_memoryd_socket_dir(path.parent))
+    if mode & 0o077:
+        return Finding("socket.permissions", FAIL,
+                       f"socket {oct(mode)} in directory {oct(dir_mode)}: other users may connect",
+                       f"chmod 600 {path}; then restart memoryd")
+    if verdict.action == privatefs.TIGHTEN:
+        return Finding("socket.permissions", FAIL, f"socket {oct(mode)}: {verdict.problem}",
+                       f"{verdict.fix} (memoryd also tightens its own socket directory when it starts)")
+    if verdict.action == privatefs.REFUSE:
+        return Finding("socket.permissions", FAIL, f"socket {oct(mode)}: {verdict.problem}",
+                       f"{verdict.fix}; then restart memoryd")
+    return Finding("socket.permissions", OK, f"socket {oct(mode)}, directory {oct(dir_mode)}")
+
+
+def check_file_modes(cfg: Config) -> list[Finding]:
+    """The data directory 0700 and a SQLite store's files (database, WAL, shared memory) 0600.
+
+    The data directory holds the store (on SQLite), the capture spool and cursors,
+    the lock and the assembled model file: whoever can read it can read the memories.
+    """
+    from memoryd import privatefs
+
+    out = []
+    data_dir = cfg.resolved_data_dir()
+    if data_dir.is_dir():
+        verdict = privatefs.judge(data_dir, data_dir.stat(), what="data directory", own=True)
+        if verdict.action == privatefs.OK:
+            out.append(Finding("data_dir.permissions", OK, f"data directory {data_dir} is "
+                               f"{privatefs.mode_text(verdict.mode)}"))
+        elif verdict.action == privatefs.TIGHTEN:
+            out.append(Finding("data_dir.permissions", FAIL, f"{verdict.problem}: they can read the memories",
+                               f"{verdict.fix} (`memoryd run` also does it when it starts)"))
+        else:
+            out.append(Finding("data_dir.permissions", FAIL, verdict.problem,
+                               f"{verdict.fix}; `memoryd run` refuses this directory until then"))
+    url = cfg.resolved_db_url()
+    if url.startswith("sqlite:///"):
+        db = Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+        modes = {p: stat.S_IMODE(p.stat().st_mode)
+                 for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm")) if p.exists()}
+        shown = ", ".join(f"{p.name} {privatefs.mode_text(m)}" for p, m in modes.items())
+        loose = [str(p) for p, m in modes.items() if m & 0o077]
+        if loose:
+            out.append(Finding("store.permissions", FAIL, f"other users can read the store's files: {shown}",
+                               f"chmod 600 {' '.join(loose)} (`memoryd run` also does it when it starts)"))
+        elif modes:
+            out.append(Finding("store.permissions", OK, shown))
     return out
 
 
@@ -296,7 +349,7 @@ def run_checks(cfg: Config, models: bool = True) -> list[Finding]:
     """Every check; the model checks use the models the running daemon uses, if it answers."""
     findings = check_socket(cfg)
     status = daemon_status(cfg) if findings and findings[0].level == OK else None
-    findings += [*check_store(cfg), check_disk(cfg), *daemon_model_findings(status)]
+    findings += [*check_store(cfg), *check_file_modes(cfg), check_disk(cfg), *daemon_model_findings(status)]
     if models:
         specs = {n: m.get("spec") for n, m in ((status or {}).get("models") or {}).items()}
         build = check_build() if (specs.get("llm") or cfg.llm) != "none" else None
