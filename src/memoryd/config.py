@@ -80,6 +80,13 @@ class Config:
     write_queue_max: int = _key(4096, "Writes waiting for group commit before new ones answer 1004.")
     write_batch_max: int = _key(512, "Most writes carried by one group-commit transaction.")
     busy_timeout_ms: int = _key(5000, "SQLite busy timeout (ms); a write still locked after it answers 1003.")
+    pg_lock_timeout_ms: int = _key(0, "PostgreSQL lock_timeout (ms): a statement waiting longer for a lock "
+                                   "(a row, a table, another daemon's advisory lock) fails; a write then "
+                                   "answers 1003 and a pass's jobs go back to the queue "
+                                   "(0 = busy_timeout_ms).")
+    pg_statement_timeout_ms: int = _key(60000, "PostgreSQL statement_timeout (ms): a longer statement is "
+                                        "cancelled and answers 1003 (0 = none; migrations and index "
+                                        "builds run without it).")
     read_threads: int = _key(4, "Threads serving reads (get, search, status).")
     job_lease_s: float = _key(300.0, "Seconds a claimed job stays leased before another worker may take it.")
     job_max_attempts: int = _key(5, "Attempts before a job is marked dead.")
@@ -189,6 +196,10 @@ class Config:
         if self.busy_timeout_ms > 10000:
             # A longer wait would hold a write past the 30 s SIGTERM deadline.
             raise _range_error("busy_timeout_ms", "at most 10000 (10 s)", self.busy_timeout_ms)
+        if not 0 <= self.pg_lock_timeout_ms <= 10000:  # the same bound, for the same reason
+            raise _range_error("pg_lock_timeout_ms", "from 0 to 10000 (10 s)", self.pg_lock_timeout_ms)
+        if self.pg_statement_timeout_ms < 0:
+            raise _range_error("pg_statement_timeout_ms", "0 (none) or more", self.pg_statement_timeout_ms)
         if self.idempotency_ttl_s < 86400:
             raise _range_error("idempotency_ttl_s", "at least 86400 (24 h, PROTOCOL.md)",
                                self.idempotency_ttl_s)

@@ -36,7 +36,7 @@ from memoryd.service.server import SocketServer
 from memoryd.store import memories as mem
 from memoryd.store import migrate
 from memoryd.store.backend import Stoppable, backend_for
-from memoryd.store.engine import create_store_engine, is_sqlite, read_only
+from memoryd.store.engine import daemon_engine, is_sqlite, read_only
 from memoryd.store.memories import WriteContext
 
 log = structlog.get_logger(__name__)
@@ -133,7 +133,7 @@ class Daemon:
             self.lock.release()
 
     def _open_store(self) -> Engine:
-        engine = create_store_engine(self.cfg.resolved_db_url(), self.cfg.busy_timeout_ms)
+        engine = daemon_engine(self.cfg)  # SQLite's busy timeout, PostgreSQL's lock and statement timeouts
         revision = migrate.upgrade(engine)
         from memoryd.models.embedder import model_dimension, spec_name
         from memoryd.store import vectors

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import OperationalError
 
 from memoryd import PROTOCOL_VERSION, __version__
 from memoryd.clock import to_rfc3339, utcnow
@@ -27,7 +28,7 @@ from memoryd.store.ids import is_memory_id
 from memoryd.store.memories import WriteContext
 from memoryd.store.schema import OWNER_FIELDS
 from memoryd.store.scope import missing_key_notice
-from memoryd.store.writes import WriteUnit
+from memoryd.store.writes import WriteUnit, store_error
 
 Handler = Callable[[dict[str, Any], "Peer"], Awaitable[Any]]
 
@@ -105,7 +106,12 @@ class Dispatcher:
         return await handler(params, peer)
 
     async def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.readers, fn, *args)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.readers, fn, *args)
+        except OperationalError as exc:
+            # Locked or cancelled past the store's timeouts (busy_timeout_ms, PostgreSQL's
+            # lock_timeout / statement_timeout): 1003 with the cause, as a write answers.
+            raise store_error(exc) from exc
 
     # -- memory.* -------------------------------------------------------------
     def _write_unit(self, method: str, params: dict[str, Any], peer: Peer, admin: bool = False
@@ -177,7 +183,10 @@ class Dispatcher:
             self.readers, self._search_sync, req, now, ahead)
         if ahead is not None:
             self.vector_side.submit(_settle, ahead, self._vector_leg, req, now)
-        result = await lexical
+        try:
+            result = await lexical
+        except OperationalError as exc:  # as _read answers it
+            raise store_error(exc) from exc
         self.committer.note_access([r["id"] for r in result["results"]])
         return result
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlite_vec
 import structlog
@@ -21,6 +21,9 @@ from sqlalchemy.pool import QueuePool
 
 from memoryd.store.driver import sqlite_module
 from memoryd.store.writegate import WriteGate
+
+if TYPE_CHECKING:
+    from memoryd.config import Config
 
 log = structlog.get_logger(__name__)
 
@@ -42,13 +45,20 @@ BEGIN_OPTION = "memoryd_begin"
 GATES: weakref.WeakKeyDictionary[Engine, WriteGate] = weakref.WeakKeyDictionary()
 
 
-def create_store_engine(url: str, busy_timeout_ms: int = 5000, pool_size: int = 8) -> Engine:
-    """An engine for ``url`` with memoryd's connection and transaction hooks."""
+def create_store_engine(url: str, busy_timeout_ms: int = 5000, pool_size: int = 8, *,
+                        lock_timeout_ms: int = 0, statement_timeout_ms: int = 0) -> Engine:
+    """An engine for ``url`` with memoryd's connection and transaction hooks.
+
+    ``lock_timeout_ms`` and ``statement_timeout_ms`` are PostgreSQL's session settings
+    (0: none, as for offline commands such as ``memoryd store copy``): what
+    ``busy_timeout_ms`` is to SQLite. The daemon's engine comes from :func:`daemon_engine`.
+    """
     # hide_parameters: a statement's bound values (memory text) never appear in the
     # engine's error messages, which end up in jobs.last_error, status and the log.
     if not url.startswith("sqlite"):
         return create_engine(postgres_url(url), pool_pre_ping=True, hide_parameters=True,
-                             pool_size=pool_size, max_overflow=8)
+                             pool_size=pool_size, max_overflow=8,
+                             connect_args=postgres_timeouts(lock_timeout_ms, statement_timeout_ms))
     engine = create_engine(
         url,
         hide_parameters=True,
@@ -60,6 +70,23 @@ def create_store_engine(url: str, busy_timeout_ms: int = 5000, pool_size: int = 
     )
     _install_sqlite_hooks(engine, busy_timeout_ms)
     return engine
+
+
+def daemon_engine(cfg: Config) -> Engine:
+    """The daemon's engine: SQLite's busy timeout, or PostgreSQL's lock and statement
+    timeouts (``pg_lock_timeout_ms``, 0 meaning ``busy_timeout_ms``; ``pg_statement_timeout_ms``).
+    A wait past either fails the statement: a write answers 1003 and a pass's jobs go back."""
+    return create_store_engine(cfg.resolved_db_url(), cfg.busy_timeout_ms,
+                               lock_timeout_ms=cfg.pg_lock_timeout_ms or cfg.busy_timeout_ms,
+                               statement_timeout_ms=cfg.pg_statement_timeout_ms)
+
+
+def postgres_timeouts(lock_timeout_ms: int, statement_timeout_ms: int) -> dict[str, Any]:
+    """psycopg connect arguments that set the session's lock and statement timeouts at connect
+    (no extra round trip per connection; ``SET LOCAL`` in a transaction still overrides them)."""
+    settings = [f"-c {name}={int(ms)}" for name, ms in
+                (("lock_timeout", lock_timeout_ms), ("statement_timeout", statement_timeout_ms)) if ms > 0]
+    return {"options": " ".join(settings)} if settings else {}
 
 
 def postgres_url(url: str) -> str:

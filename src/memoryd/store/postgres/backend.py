@@ -99,16 +99,28 @@ class PostgresBackend(Backend):
         return vectors.erase(conn, seqs)
 
     def rebuild_vector_index(self, conn: Connection, dim: int) -> None:
+        _unbounded(conn)
         vectors.rebuild_index(conn, dim)
 
     def defer_vector_index(self, conn: Connection) -> None:
         vectors.drop_index(conn)
 
     def build_vector_index(self, conn: Connection) -> None:
+        _unbounded(conn)
         vectors.create_index(conn)
 
     def check_server(self, engine: Engine) -> None:
         server.check(engine)
 
     def lock_schema(self, conn: Connection) -> None:
+        # A migration builds indexes over the whole store, and a second daemon starting at once
+        # waits here for the first one's: neither is a stuck wait the timeouts are for.
+        _unbounded(conn)
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})")
+
+
+def _unbounded(conn: Connection) -> None:
+    """Lift the session's lock and statement timeouts (store/engine.py) for the rest of this
+    transaction: an index build over every vector may rightly take minutes."""
+    conn.exec_driver_sql("SET LOCAL lock_timeout = 0")
+    conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
