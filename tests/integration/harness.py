@@ -110,8 +110,9 @@ class DaemonHandle:
     data_dir: Path
     socket: Path
     embedder: str = "none"
-    #: ``--llm``: none (the default here), bundled, a GGUF path or an http:// URL.
-    llm: str = "none"
+    #: ``--llm``: none (the default here), bundled, a GGUF path or an http:// URL; None passes no
+    #: ``--llm`` (the config file or MEMORYD_LLM decides, keeping the value off the command line).
+    llm: str | None = "none"
     config_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     python: str = sys.executable
@@ -148,8 +149,9 @@ class DaemonHandle:
     @property
     def argv(self) -> list[str]:
         args = [self.python, "-m", "memoryd", "run", "--data-dir", str(self.data_dir),
-                "--socket", str(self.socket), "--embedder", self.embedder, "--llm", self.llm,
-                "--log-format", "json"]
+                "--socket", str(self.socket), "--embedder", self.embedder, "--log-format", "json"]
+        if self.llm is not None:
+            args += ["--llm", self.llm]
         if self.config_path is not None:
             args += ["--config", str(self.config_path)]
         if self.db_url is not None:
