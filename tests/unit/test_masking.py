@@ -122,3 +122,27 @@ def test_openai_compat_llm_sends_its_credentials_as_basic_auth_and_shows_them_ma
         llm.load()  # nothing listens on port 1
     assert "TOKEN" not in str(refused.value)
     assert "http://user:***@127.0.0.1:1" in str(refused.value)
+
+
+def test_every_place_that_shows_a_store_url_masks_it_alike() -> None:
+    from sqlalchemy import create_engine
+
+    from memoryd.daemon.status import db_info
+    from memoryd.osservice.units import hide_password
+    from memoryd.store.copy_guard import shown
+    from memoryd.store.postgres.notify import JobListener
+
+    url = "postgresql+psycopg://memoryd:PW1@db.local:5432/mem?sslmode=require&password=PW2"
+    expected = "postgresql+psycopg://memoryd:***@db.local:5432/mem?password=***&sslmode=require"
+    engine = create_engine(url)  # never connects here
+    try:
+        # SQLAlchemy renders the query's keys sorted; the text as given keeps their order.
+        assert db_info(engine)["url"] == expected
+        assert JobListener(engine, lambda: None).shown == expected
+    finally:
+        engine.dispose()
+    as_given = "postgresql+psycopg://memoryd:***@db.local:5432/mem?sslmode=require&password=***"
+    assert hide_password(url) == as_given
+    assert shown(url) == as_given
+    # An URL SQLAlchemy cannot parse is masked too (copy_guard showed it as given).
+    assert shown("postgresql://u:PW3@[bad") == "postgresql://u:***@[bad"

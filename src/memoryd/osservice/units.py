@@ -70,10 +70,10 @@ def default_target(system: bool = False, data_dir: Path | None = None,
 
 
 def hide_password(url: str) -> str:
-    """The URL with its password (if any) shown as ***."""
-    from sqlalchemy.engine import make_url
+    """The URL with its password (if any, or a ``?password=``) shown as ***."""
+    from memoryd.masking import mask_url
 
-    return make_url(url).render_as_string(hide_password=True)
+    return mask_url(url)
 
 
 def env_file_text(target: Target) -> str:

@@ -24,6 +24,7 @@ from sqlalchemy.engine import make_url
 
 from memoryd.daemon.lock import DataDirLock
 from memoryd.errors import MemorydError
+from memoryd.masking import mask_url
 from memoryd.store import vectors
 from memoryd.store.audit import GENESIS, last_hash
 from memoryd.store.backend import backend_for
@@ -42,11 +43,8 @@ class CopyRefused(MemorydError):
 
 
 def shown(url: str) -> str:
-    """``url`` with its password hidden (for messages and the summary)."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # an unparsable URL is shown as given
-        return url
+    """``url`` with its password (or a ``?password=``) hidden, for messages and the summary."""
+    return mask_url(url)
 
 
 def sqlite_path(url: str) -> Path | None:

@@ -16,6 +16,8 @@ from collections.abc import Callable
 import structlog
 from sqlalchemy import Connection, Engine
 
+from memoryd.masking import mask_url
+
 log = structlog.get_logger(__name__)
 
 CHANNEL = "memoryd_jobs"
@@ -34,7 +36,7 @@ class JobListener:
 
     def __init__(self, engine: Engine, wake: Callable[[], None]):
         self.url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-        self.shown = engine.url.render_as_string(hide_password=True)
+        self.shown = mask_url(engine.url.render_as_string(hide_password=False))
         self.wake = wake
         self.woken = 0
         self._stop = threading.Event()

@@ -7,6 +7,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from memoryd.errors import ConfigError
+from memoryd.masking import mask_url
 
 log = structlog.get_logger(__name__)
 
@@ -29,7 +30,7 @@ class ServerUnsuitable(ConfigError):
 def check(engine: Engine) -> None:
     """Refuse a server older than MIN_SERVER_VERSION, or one without pgvector (creating the
     extension when it is available and we may)."""
-    where = engine.url.render_as_string(hide_password=True)
+    where = mask_url(engine.url.render_as_string(hide_password=False))
     try:
         conn = engine.connect()
     except OperationalError as exc:
