@@ -77,8 +77,9 @@ def valid_records(draw: st.DrawFn) -> dict[str, Any]:
 
 # -- spoilt records: (field, a value wrong for it) ----------------------------------------
 
-not_text = st.integers() | st.floats(allow_nan=False) | st.booleans() | st.lists(st.integers(), max_size=2) \
-    | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
+# Finite floats only: json.dumps writes inf as Infinity, which is a bad line, not a bad field.
+not_text = st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.booleans() \
+    | st.lists(st.integers(), max_size=2) | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
 short = st.text(clean_char, max_size=5)
 nul_text = st.builds(lambda a, b: f"{a}\x00{b}", short, short)
 surrogate_text = st.builds(lambda a, s: f"{a}{s}", st.text(clean_char, max_size=5),
