@@ -282,3 +282,18 @@ def test_service_install_creates_its_directories_0700_and_its_files_0600(tmp_pat
     assert not_private(root) == {}, modes_under(root)
     assert {"share/data", "config/systemd/user/memoryd.service", "state/logs", "etc/memoryd.env"} <= set(
         modes_under(root))
+
+
+@pytest.mark.slow  # writes the 253 MB bundled model file
+def test_assembled_model_file_is_0600_in_0700_directories(tmp_path: Path) -> None:
+    """The bundled GGUF is assembled into the data directory by whichever process loads it first."""
+    from memoryd.models.llm import bundled_gguf
+
+    data_dir = tmp_path / "data"
+    with loose_umask():
+        path = bundled_gguf(data_dir)
+    assert path.parent == data_dir / "models"
+    assert (_mode(data_dir), _mode(path.parent), _mode(path)) == (0o700, 0o700, 0o600)
+    # One an older memoryd assembled under umask 022 is made private when it is next used.
+    path.chmod(0o644)
+    assert bundled_gguf(data_dir) == path and _mode(path) == 0o600
