@@ -237,8 +237,8 @@ def send(call: Call, items: list[dict[str, Any]], deadline: float) -> Sent:
     it again would be refused again, and the others are written. Transport
     failures raise.
     """
-    pending = list(items)
     out = Sent()
+    pending = list(items)
     while pending:
         if time.monotonic() > deadline:
             out.kept = pending
@@ -262,8 +262,8 @@ def send(call: Call, items: list[dict[str, Any]], deadline: float) -> Sent:
                 return out
             try:
                 call("memory.write", item)
-            except RpcError as exc:
                 out.stored += 1
+            except RpcError as exc:
                 if exc.code in REFUSED_CODES:
                     out.refused.append(_refusal(item, exc))
                 else:
