@@ -205,16 +205,19 @@ class Probe:
         return ([ln for ln in lines if "Error" in ln or "error" in ln] or lines or ["no output"])[-1][:300]
 
 
-def run_probe(body: str, timeout_s: float = MODEL_CHECK_TIMEOUT_S) -> Probe:
+def run_probe(body: str, timeout_s: float = MODEL_CHECK_TIMEOUT_S,
+              env: dict[str, str] | None = None) -> Probe:
     """Run ``body`` (Python that prints its answer last) in a child process, as the model
-    worker would run the model: a native crash there kills the child, not doctor."""
+    worker would run the model: a native crash there kills the child, not doctor. ``env``:
+    more environment (a value that may hold a secret goes there, never into ``body``, which
+    is on the child's command line for every local user to read)."""
     code = "from memoryd.log import configure_logging; configure_logging('warning', 'json'); " + body
     try:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=timeout_s, check=False, stdin=subprocess.DEVNULL,
                               # No gdb backtrace before an abort (~3 s): doctor reports the signal.
                               env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                                   "GGML_NO_BACKTRACE": "1"})
+                                   "GGML_NO_BACKTRACE": "1", **(env or {})})
     except subprocess.TimeoutExpired:
         return Probe(None, "", "")
     return Probe(proc.returncode, proc.stdout, proc.stderr)
@@ -299,11 +302,15 @@ def check_llm(cfg: Config, spec: str | None = None, build: Finding | None = None
     spec = spec or cfg.llm
     if spec == "none":
         return Finding("models.llm", OK, "disabled by configuration (llm = none)")
+    from memoryd.masking import mask_url
+
+    # The spec by the environment: an LLM URL may hold a token (PROTOCOL.md 1.2 "Secrets").
     probe = run_probe(
-        "import sys; from pathlib import Path; from memoryd.models.llm import build_llm; "
-        f"llm = build_llm({spec!r}, Path({str(cfg.resolved_data_dir())!r})); "
+        "import os, sys; from pathlib import Path; from memoryd.models.llm import build_llm; "
+        f"llm = build_llm(os.environ['MEMORYD_PROBE_LLM'], Path({str(cfg.resolved_data_dir())!r})); "
         "sys.stdout.write(llm.complete('Is water wet? Answer:', grammar='root ::= \" yes\" | \" no\"', "
-        "max_tokens=3).strip())")
+        "max_tokens=3).strip())", env={"MEMORYD_PROBE_LLM": spec})
+    spec = mask_url(spec)
     if build is not None and build.level == FAIL:
         crash_fix = build.fix  # the AMX build: the crash issue 11 is about
     else:

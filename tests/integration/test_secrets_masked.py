@@ -217,3 +217,25 @@ def test_a_failing_llm_whose_error_quotes_its_url_leaves_no_secret_in_jobs_statu
     worker_pid = status["models"]["embedder"]["worker_pid"]
     # Positive control: the worker's command line was read (it runs while the embedder is loaded).
     assert worker_pid and "memoryd.models.worker --fd" in cmdline(worker_pid)
+
+
+def test_doctors_llm_probe_gets_the_url_by_its_environment_and_shows_it_masked(
+        llm_server: LLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memoryd import doctor
+    from memoryd.config import Config
+
+    command_lines: list[str] = []
+    real_run = subprocess.run
+
+    def run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        command_lines.append(" ".join(args))  # what ps shows while the probe runs
+        return real_run(args, **kwargs)
+
+    monkeypatch.setattr(doctor.subprocess, "run", run)
+    finding = doctor.check_llm(Config(data_dir=str(tmp_path)), llm_server.url)
+    assert len(command_lines) == 1 and "build_llm" in command_lines[0]
+    assert not leaks(command_lines[0]), command_lines[0]
+    # The probe reached the server with the credentials, and its failure is shown masked.
+    assert llm_server.authorized >= 1 and llm_server.refused == 0
+    assert finding.level == doctor.FAIL and "HTTP Error 500" in finding.detail, finding
+    assert llm_server.shown in finding.detail and not leaks(json.dumps(finding.__dict__)), finding
