@@ -3,16 +3,20 @@
 A thin click shell over store/copy.py: it prints progress on stderr, the
 verification on stdout (or one JSON object with ``--json``), and exits 0 when
 the copy verified, 2 when it was refused, failed or did not verify, and 130
-when interrupted (run it again to resume).
+when interrupted (Ctrl-C or SIGTERM: it stops after the batch in flight; run it
+again to resume).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import NoReturn
 
 import click
@@ -53,6 +57,33 @@ class _ProgressPrinter:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class _StopFlag:
+    """Ctrl-C (SIGINT) and SIGTERM only set a flag, which the copy reads between batches: a
+    signal that raised inside a driver call left the connection mid-statement, and its cleanup
+    failed with an unrelated error (exit 2, "fix the cause"). A second Ctrl-C stops at once."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self._event.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self._event.set()
+        click.echo("stopping after the current batch (Ctrl-C again to stop at once)", err=True)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
 @click.group("store")
 def store() -> None:
     """Operator commands on a store (run with no daemon on it)."""
@@ -85,19 +116,25 @@ def copy_cmd(source_url: str, target_url: str, batch_size: int, as_json: bool) -
       memoryd run --db-url postgresql://memoryd@db.internal/memoryd
     """
     from memoryd.log import configure_logging
-    from memoryd.store.copy import copy_store
+    from memoryd.store.copy import CopyInterrupted, copy_store
 
     # stdout carries the summary; the log (warnings and worse) goes to stderr with the progress.
     configure_logging("warning", "console")
     printer = _ProgressPrinter()
+    stop = _StopFlag()
+    interrupted = ("interrupted; every batch committed so far is kept, and the target is marked "
+                   "unfinished (no daemon starts on it): run the same command again to resume")
     try:
-        report = copy_store(source_url, target_url, batch_size=batch_size, progress=printer)
-    except KeyboardInterrupt:
-        _fail("interrupted; every batch committed so far is kept: run the same command again to "
-              "resume", EXIT_INTERRUPTED)
+        with stop.installed():
+            report = copy_store(source_url, target_url, batch_size=batch_size, progress=printer,
+                                should_stop=stop.is_set)
+    except (KeyboardInterrupt, CopyInterrupted):
+        _fail(interrupted, EXIT_INTERRUPTED)
     except MemorydError as exc:
         _fail(exc.message)
     except Exception as exc:  # a lost connection, a full disk: the copy resumes when rerun
+        if stop.is_set():  # a second Ctrl-C tore a driver call apart: still an interruption
+            _fail(interrupted, EXIT_INTERRUPTED)
         _fail(f"the copy stopped: {type(exc).__name__}: {exc}; fix the cause and run the same "
               "command again to resume (batches committed so far are kept)")
     if as_json:

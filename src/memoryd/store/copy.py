@@ -6,7 +6,9 @@ Each batch is inserted in one target transaction together with the copy's
 progress marker (the ``meta`` row ``store_copy``: the last key copied per
 table), so a copy interrupted anywhere (Ctrl-C, kill -9, a lost connection)
 resumes after its last committed batch when run again, and no row is copied
-twice. The source is read in one snapshot (a deferred SQLite read
+twice. Until a run has copied every table, built the index and verified the
+copy, the marker says so, and a daemon refuses to start on the target
+(store/copy_guard.py refuse_unfinished_copy). The source is read in one snapshot (a deferred SQLite read
 transaction, a REPEATABLE READ one on PostgreSQL), so a run copies one
 consistent state; between runs the source must not change, which the marker's
 fingerprint checks (store/copy_guard.py).
@@ -58,6 +60,11 @@ DEFAULT_BATCH = 1000
 Progress = Callable[[str, int, int, float], None]
 
 
+class CopyInterrupted(Exception):
+    """The copy stopped between two batches because ``should_stop`` said so (Ctrl-C): every
+    batch committed so far is kept with its marker, and the next run resumes after it."""
+
+
 @dataclass
 class TableResult:
     """One table's outcome: rows on each side, and how many this run copied."""
@@ -107,9 +114,14 @@ class CopyReport:
 
 
 def copy_store(source_url: str, target_url: str, *, batch_size: int = DEFAULT_BATCH,
-               progress: Progress | None = None) -> CopyReport:
+               progress: Progress | None = None,
+               should_stop: Callable[[], bool] | None = None) -> CopyReport:
     """Copy the store at ``source_url`` into ``target_url``, resuming an interrupted copy;
     return the report with its verification.
+
+    ``should_stop`` is asked after each committed batch and before the last step: when it
+    answers True the copy raises :class:`CopyInterrupted` there, between two transactions,
+    instead of being torn out of a driver call (the CLI's Ctrl-C only sets a flag).
 
     :raises CopyRefused: the source is missing, in use or at another revision, or the target
         holds another store (the message says what to do).
@@ -124,7 +136,8 @@ def copy_store(source_url: str, target_url: str, *, batch_size: int = DEFAULT_BA
             _check_source_revision(source, source_url)
             migrate.upgrade(target)
             with target_copy_lock(target), _snapshot(source) as src:
-                report = _copy(src, target, source_url, target_url, batch_size, progress)
+                report = _copy(src, target, source_url, target_url, batch_size, progress,
+                               should_stop or (lambda: False))
         finally:
             source.dispose()
             target.dispose()
@@ -174,7 +187,7 @@ def _write_marker(conn: Connection, marker: dict[str, Any]) -> None:
 
 
 def _copy(src: Connection, target: Engine, source_url: str, target_url: str, batch_size: int,
-          progress: Progress | None) -> CopyReport:
+          progress: Progress | None, should_stop: Callable[[], bool]) -> CopyReport:
     counts = count_rows(src)
     source_print = fingerprint(src, counts)
     source_id = source_identity(source_url)
@@ -199,7 +212,10 @@ def _copy(src: Connection, target: Engine, source_url: str, target_url: str, bat
         report.already_complete = True
     else:
         for copied in TABLES:
-            _copy_table(src, target, copied, marker, batch_size, progress, report.tables[copied.name])
+            _copy_table(src, target, copied, marker, batch_size, progress, report.tables[copied.name],
+                        should_stop)
+        if should_stop():
+            raise CopyInterrupted("stopped before building the vector index")
         finishing = time.monotonic()
         with target.begin() as conn:
             backend_for(conn).build_vector_index(conn)
@@ -209,11 +225,17 @@ def _copy(src: Connection, target: Engine, source_url: str, target_url: str, bat
             _write_marker(conn, marker)
         report.finish_seconds = time.monotonic() - finishing
     _verify(target, report)
+    if marker.get("verified") != report.verified:
+        # A daemon refuses a target whose copy did not verify (copy_guard.refuse_unfinished_copy).
+        marker["verified"] = report.verified
+        with target.begin() as conn:
+            _write_marker(conn, marker)
     return report
 
 
 def _copy_table(src: Connection, target: Engine, copied: CopiedTable, marker: dict[str, Any],
-                batch_size: int, progress: Progress | None, result: TableResult) -> None:
+                batch_size: int, progress: Progress | None, result: TableResult,
+                should_stop: Callable[[], bool]) -> None:
     state = marker["tables"].setdefault(copied.name, {"after": None, "rows": 0})
     keys = [copied.table.c[k] for k in copied.key]
     started = time.monotonic()
@@ -231,6 +253,8 @@ def _copy_table(src: Connection, target: Engine, copied: CopiedTable, marker: di
         if progress is not None:
             rate = result.copied / max(time.monotonic() - started, 1e-6)
             progress(copied.name, state["rows"], result.source, rate)
+        if should_stop():
+            raise CopyInterrupted(f"stopped after {state['rows']} rows of {copied.name}")
     result.seconds = time.monotonic() - started
 
 

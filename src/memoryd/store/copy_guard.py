@@ -10,26 +10,32 @@
   since (its fingerprint: row counts and the audit chain's head);
 * the vector dimension must fit: an empty target adopts the source's, a target
   that holds vectors of another dimension is refused.
+
+And the refusal of a daemon on a target the copy has not finished and verified
+(:func:`refuse_unfinished_copy`, called as the daemon opens its store): an
+interrupted copy (Ctrl-C, kill, a lost connection) leaves the marker's
+``done`` false, so the half-filled target is never served as if it were whole.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy import Connection, Engine, func, inspect, select
 from sqlalchemy.engine import make_url
 
 from memoryd.daemon.lock import DataDirLock
-from memoryd.errors import MemorydError
+from memoryd.errors import ConfigError, MemorydError
 from memoryd.masking import mask_url
 from memoryd.store import vectors
 from memoryd.store.audit import GENESIS, last_hash
 from memoryd.store.backend import backend_for
-from memoryd.store.copy_tables import CONTENT_TABLES, TABLES
-from memoryd.store.schema import jobs
+from memoryd.store.copy_tables import CONTENT_TABLES, MARKER_KEY, TABLES
+from memoryd.store.schema import jobs, meta
 
 #: pg_try_advisory_lock key of a copy into a PostgreSQL database ("memo" namespace, see
 #: store/postgres/backend.py).
@@ -162,3 +168,30 @@ def check_dimension(conn: Connection, source_dim: int | None) -> bool:
             f"the source's vectors have {source_dim} dimensions, the target's index holds "
             f"{stored} vectors of {target_dim}; copy into a new empty database")
     return True
+
+
+class CopyUnfinished(ConfigError):
+    """The store is a ``memoryd store copy`` target that was interrupted or did not verify."""
+
+
+def refuse_unfinished_copy(engine: Engine) -> None:
+    """Refuse to serve a store whose copy was interrupted or did not verify.
+
+    :raises CopyUnfinished: with the command that completes it (the copy resumes).
+    """
+    with engine.connect() as conn:
+        if not inspect(conn).has_table(meta.name):
+            return  # a new store: nothing was ever copied into it
+        value = conn.execute(select(meta.c.value).where(meta.c.key == MARKER_KEY)).scalar()
+    if value is None:
+        return
+    marker = json.loads(value)
+    # "verified" is absent from the markers of copies made before it was recorded: done was all.
+    if marker.get("done") and marker.get("verified", True):
+        return
+    what = "did not verify" if marker.get("done") else "was interrupted before it finished"
+    raise CopyUnfinished(
+        f"this store is a `memoryd store copy` of {marker.get('source')} that {what}; its rows are "
+        "incomplete, so memoryd will not serve it. Run the same `memoryd store copy --from SOURCE "
+        "--to THIS_STORE` again (it resumes after the last committed batch and verifies), then start "
+        "memoryd")
