@@ -77,6 +77,12 @@ class Config:
     max_content_bytes: int = _key(65536, "Largest content accepted (UTF-8 bytes); larger answers 1001.")
     max_connections: int = _key(256, "Concurrent client connections per socket; more are refused.")
     max_inflight_per_connection: int = _key(64, "Requests in flight per connection before its reads pause.")
+    conn_max_buffered_bytes: int = _key(
+        8388608, "Bytes of answers one client may leave unread (a connection, or an MCP bridge's "
+        "editor) before further answers are refused with 1004; one answer goes alone whatever its size.")
+    total_max_buffered_bytes: int = _key(
+        67108864, "Bytes of answers all clients may leave unread before answers over 4 KiB are refused "
+        "with 1004; one answer goes alone whatever its size.")
     write_queue_max: int = _key(4096, "Writes waiting for group commit before new ones answer 1004.")
     write_batch_max: int = _key(512, "Most writes carried by one group-commit transaction.")
     busy_timeout_ms: int = _key(5000, "SQLite busy timeout (ms); a write still locked after it answers 1003.")
@@ -177,6 +183,7 @@ class Config:
         positive = (
             "decay_batch", "retention_batch", "busy_batch_size", "model_threads",
             "max_frame_bytes", "max_content_bytes", "max_connections", "max_inflight_per_connection",
+            "conn_max_buffered_bytes", "total_max_buffered_bytes",
             "write_queue_max", "write_batch_max", "read_threads", "job_max_attempts", "embed_batch_size",
             "embed_encode_batch",
         )
