@@ -72,3 +72,18 @@ def test_replayed_from_the_spool_the_same_turn_is_refused_and_the_others_are_wri
     refusals = [json.loads(line) for line in daemon.stderr_text().splitlines()
                 if "capture.spool_item_refused" in line]
     assert [(r["code"], "content" in r["error"]) for r in refusals] == [(-32602, True)]
+
+
+def test_a_turn_under_a_tombstone_is_skipped_alone_when_the_batch_is_refused_without_an_index(
+        daemon: DaemonHandle, short_tmp: Path) -> None:
+    # The forgotten text's tombstone refuses the whole write_many without naming the item, so
+    # the hook writes the batch one turn at a time: the count is still the count stored.
+    clean = "the second turn, forgotten before the hook ran"
+    forgotten = daemon.call("memory.write", {"content": clean, "scope": "user", "user_id": "dev1"})["id"]
+    daemon.call("memory.forget", {"id": forgotten})
+    transcript = _transcript(short_tmp)
+    transcript.write_text("".join(entry(n, text, "user" if n % 2 == 0 else "assistant") + "\n"
+                                  for n, text in enumerate([TURNS[0], clean, TURNS[2]])))
+    done = _hook(daemon, transcript)
+    assert done.stderr.startswith("capture: sent 2 refused 1: turn 1:"), done.stderr
+    assert _stored(daemon) == [TURNS[0], TURNS[2]]
