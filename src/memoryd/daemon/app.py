@@ -25,6 +25,7 @@ from memoryd.daemon.governor import IDLE, Governor, HostProbe, Thresholds
 from memoryd.daemon.lock import DataDirLock
 from memoryd.daemon.runner import PassRunner
 from memoryd.editors import capture_replay
+from memoryd.errors import MemorydError
 from memoryd.models.embedder import Embedder, EmbedderAPI
 from memoryd.models.worker_client import ModelWorker, WorkerEmbedder, WorkerLLM
 from memoryd.passes.base import PassContext
@@ -50,6 +51,10 @@ def node_id(data_dir: Path) -> str:
     return path.read_text().strip()
 
 
+class DataDirUnsafe(MemorydError):
+    """The data directory is open to other users and not memoryd's to make private."""
+
+
 def make_data_dir_private(data_dir: Path, db_url: str) -> None:
     """Create the data directory 0700, or make the existing one private (docs/security.md).
 
@@ -59,7 +64,10 @@ def make_data_dir_private(data_dir: Path, db_url: str) -> None:
     have left them readable. One that is not the user's to tighten (another
     user's, or a shared directory such as /tmp) is refused with the fix.
     """
-    verdict = privatefs.ensure_private_dir(data_dir, what="data directory", own=True)
+    try:
+        verdict = privatefs.ensure_private_dir(data_dir, what="data directory", own=True)
+    except privatefs.NotPrivate as exc:
+        raise DataDirUnsafe(exc.message) from None
     if verdict.action == privatefs.TIGHTEN:
         log.warning("datadir.tightened", path=str(data_dir), mode=privatefs.mode_text(verdict.mode))
     if db_url.startswith("sqlite:///"):
