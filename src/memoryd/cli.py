@@ -153,6 +153,7 @@ def run(data_dir: str | None, db_url: str | None, socket_path: str | None, confi
     from memoryd.log import configure_logging
 
     configure_logging(cfg.log_level, cfg.log_format)
+    _warn_secrets_in_options({"--db-url": (db_url, "MEMORYD_DB_URL"), "--llm": (llm, "MEMORYD_LLM")})
     try:
         code = Daemon(cfg).run()
     except MemorydError as exc:
@@ -162,6 +163,22 @@ def run(data_dir: str | None, db_url: str | None, socket_path: str | None, confi
         click.echo(f"Error: {exc.message}", err=True)
         sys.exit(EXIT_ERROR)
     sys.exit(code)
+
+
+def _warn_secrets_in_options(options: dict[str, tuple[str | None, str]]) -> None:
+    """Log a warning for an option whose URL holds a password or token: memoryd keeps it out of
+    every answer, log line and child's command line, but the daemon's own command line, which
+    every local user can read, is the caller's."""
+    import structlog
+
+    from memoryd.masking import mask_url
+
+    for option, (value, variable) in options.items():
+        if value and mask_url(value) != value:
+            structlog.get_logger("memoryd").warning(
+                "config.secret_on_command_line", option=option,
+                fix=f"give it by {variable} or the config file (mode 0600): every local user can read "
+                    "a process's command line")
 
 
 def _status_exit(status: dict[str, Any]) -> int:

@@ -239,3 +239,26 @@ def test_doctors_llm_probe_gets_the_url_by_its_environment_and_shows_it_masked(
     assert llm_server.authorized >= 1 and llm_server.refused == 0
     assert finding.level == doctor.FAIL and "HTTP Error 500" in finding.detail, finding
     assert llm_server.shown in finding.detail and not leaks(json.dumps(finding.__dict__)), finding
+
+
+def test_a_url_with_a_secret_given_as_an_option_is_warned_about_and_still_masked_everywhere_else(
+        start_daemon: Callable[..., DaemonHandle], backend: str, llm_server: LLMServer) -> None:
+    d = start_daemon(start=False)
+    d.llm = llm_server.url  # on the daemon's command line: the caller's choice, warned about
+    d.start()
+    status = d.call("daemon.status")
+    assert status["models"]["llm"]["spec"] == llm_server.shown and not leaks(json.dumps(status))
+    events = [json.loads(line) for line in d.stderr_text().splitlines() if line.startswith("{")]
+    warned = [e for e in events if e.get("event") == "config.secret_on_command_line"]
+    assert [e["option"] for e in warned] == ["--llm"], warned
+    assert "MEMORYD_LLM" in warned[0]["fix"]
+    log = "\n".join(line for line in d.stderr_text().splitlines() if not line.startswith("--- spawn"))
+    assert not leaks(log)
+
+
+def test_no_warning_without_a_secret_on_the_command_line(start_daemon: Callable[..., DaemonHandle],
+                                                         backend: str) -> None:
+    d = start_daemon(start=False)
+    d.llm = "http://127.0.0.1:9/v1"  # a URL, but nothing secret in it
+    d.start()
+    assert "config.secret_on_command_line" not in d.stderr_text()
