@@ -292,8 +292,10 @@ def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, 
 
 
 def _print_summary(report: dict[str, Any], name: str) -> None:
+    unreadable = f" and {len(report['bad_lines'])} unreadable lines" if report["bad_lines"] else ""
     click.echo(f"{name}: {report['records']} memories read; {report['written']} written, "
-               f"{report['duplicates']} duplicates of existing memories, {len(report['refused'])} refused")
+               f"{report['duplicates']} duplicates of existing memories, {len(report['refused'])} refused"
+               f"{unreadable}")
     click.echo(f"links: {report['links_restored']} restored, {report['links_skipped']} skipped "
                "(their other memory is not in this export or was refused)")
     for refusal in report["refused"]:

@@ -332,5 +332,6 @@ def test_a_hostile_file_is_imported_but_its_bad_lines_each_refused_by_line_and_f
     # The text summary names each refused line and its field.
     text = run_cli(["import", str(path)], env)
     assert text.returncode == 1
+    assert "4 written, 0 duplicates of existing memories, 6 refused and 2 unreadable lines" in text.stdout
     assert "refused line 3 (mem_links) field links" in text.stdout
     assert "unreadable line 4: nested too deeply" in text.stdout
