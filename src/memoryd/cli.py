@@ -735,6 +735,7 @@ def audit_verify(cfg: Config, as_json: bool) -> None:
 
 # Commands that live in their own modules (imported last: they build on the options above).
 from memoryd.cli_data import export_cmd, import_cmd, list_cmd  # noqa: E402
+from memoryd.cli_project import project  # noqa: E402
 from memoryd.cli_reembed import reembed  # noqa: E402
 from memoryd.cli_store import store  # noqa: E402
 from memoryd.editors.cli_capture import capture  # noqa: E402
@@ -747,3 +748,4 @@ main.add_command(capture)
 main.add_command(mcp)
 main.add_command(reembed)
 main.add_command(store)
+main.add_command(project)

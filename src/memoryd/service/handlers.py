@@ -21,7 +21,7 @@ from memoryd.models.embedder import EmbedderAPI
 from memoryd.queue import jobs as jobq
 from memoryd.service import validation
 from memoryd.service.committer import GroupCommitter
-from memoryd.store import audit, entities, lifecycle, links, listing, proposals, review, search
+from memoryd.store import audit, entities, lifecycle, links, listing, projects, proposals, review, search
 from memoryd.store import memories as mem
 from memoryd.store.engine import read_only
 from memoryd.store.ids import is_memory_id
@@ -93,6 +93,7 @@ class Dispatcher:
             "review.decide": self.review_decide,
             "audit.verify": self.audit_verify,
             "memory.export": self.memory_export,
+            "project.adopt": self.project_adopt,
         }
 
     def table(self, admin: bool) -> dict[str, Handler]:
@@ -373,6 +374,35 @@ class Dispatcher:
             return {"ok": broken is None, "events": checked, "first_break_seq": broken}
 
         return await self._read(run)
+
+    # -- project.adopt (operator socket) --------------------------------------------
+    async def project_adopt(self, params: dict[str, Any], peer: Peer) -> Any:
+        """Move project ``from``'s rows to project ``to`` (store/projects.py), in batches of
+        at most ``limit`` memories, each its own short transaction through the group committer."""
+        validation.check_known(params, {"from", "to", "limit"})
+        old, new = validation.opt_str(params, "from"), validation.opt_str(params, "to")
+        if not old or not old.strip():
+            raise InvalidParams("from", "is required: the project value the rows carry now")
+        if not new or not new.strip():
+            raise InvalidParams("to", "is required: the project key to move them to")
+        if old == new:
+            raise InvalidParams("to", "is the same as 'from'; nothing to adopt")
+        limit = validation.int_param(params, "limit", projects.ADOPT_BATCH, 1, 10_000)
+        actor = f"operator:{peer.actor}"
+        totals = {"memories": 0, "tombstones": 0, "idempotency_keys": 0, "entities": 0, "batches": 0}
+
+        def op(conn: Connection, now: datetime, ctx: WriteContext) -> Any:
+            return projects.adopt_batch(conn, old=old, new=new, at=to_rfc3339(now), actor=ctx.actor,
+                                        limit=limit)
+
+        while True:
+            out = await self.committer.submit(WriteUnit([], actor, op=op))
+            totals["batches"] += 1
+            for key in ("memories", "tombstones", "idempotency_keys", "entities"):
+                totals[key] += out[key]
+            if out["done"]:
+                break
+        return {"from": old, "to": new, **totals}
 
     # -- daemon.* ---------------------------------------------------------------
     async def ping(self, params: dict[str, Any], peer: Peer) -> Any:
