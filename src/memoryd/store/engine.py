@@ -75,10 +75,22 @@ def create_store_engine(url: str, busy_timeout_ms: int = 5000, pool_size: int = 
 def daemon_engine(cfg: Config) -> Engine:
     """The daemon's engine: SQLite's busy timeout, or PostgreSQL's lock and statement
     timeouts (``pg_lock_timeout_ms``, 0 meaning ``busy_timeout_ms``; ``pg_statement_timeout_ms``).
-    A wait past either fails the statement: a write answers 1003 and a pass's jobs go back."""
-    return create_store_engine(cfg.resolved_db_url(), cfg.busy_timeout_ms,
-                               lock_timeout_ms=cfg.pg_lock_timeout_ms or cfg.busy_timeout_ms,
-                               statement_timeout_ms=cfg.pg_statement_timeout_ms)
+    A wait past either fails the statement: a write answers 1003 and a pass's jobs go back.
+
+    :raises CopyUnfinished: the store is a ``memoryd store copy`` target that was interrupted
+        or did not verify (store/copy_guard.py): serving it would serve part of a store.
+    """
+    from memoryd.store.copy_guard import refuse_unfinished_copy
+
+    engine = create_store_engine(cfg.resolved_db_url(), cfg.busy_timeout_ms,
+                                 lock_timeout_ms=cfg.pg_lock_timeout_ms or cfg.busy_timeout_ms,
+                                 statement_timeout_ms=cfg.pg_statement_timeout_ms)
+    try:
+        refuse_unfinished_copy(engine)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
 
 
 def postgres_timeouts(lock_timeout_ms: int, statement_timeout_ms: int) -> dict[str, Any]:
