@@ -340,3 +340,16 @@ def test_retention_pass_truncates_the_wal_after_an_erasure(tmp_path: Path) -> No
             assert conn.execute(text("SELECT content FROM memories")).scalars().all() == [None]
     finally:
         engine.dispose()
+
+
+def test_forget_by_subject_takes_the_subjects_rows_and_not_an_equal_row_of_another(store: Engine) -> None:
+    # One agent wrote the same text for two users: a forget of one user's rows is not the other's.
+    alices = store_write(store, "the standup moved to ten", NOW, owner="agent-a", user_id="alice")
+    with store.begin() as conn:
+        conn.execute(text("UPDATE memories SET status = 'superseded' WHERE id = :i"), {"i": alices})
+    bobs = store_write(store, "the standup moved to ten", NOW, owner="agent-a", user_id="bob")
+    with store.begin() as conn:
+        out = lifecycle.forget(conn, memory_id=None, subject={"user_id": "alice"}, reason=None,
+                               tombstone=True, now=NOW, actor="test", max_attempts=5)
+    assert out["memory_ids"] == [alices]
+    assert row(store, bobs).status == "active"

@@ -45,10 +45,13 @@ def daemons(pg_url: str) -> Iterator[tuple[Engine, Engine]]:
     second.dispose()
 
 
+OWNER = "alice@example.org"
+
+
 def _retired_row(engine: Engine) -> str:
     """A row holding TEXT that is no longer live (superseded): a new write of TEXT is not a
     duplicate of it, so it would insert a row of its own."""
-    memory_id = store_write(engine, TEXT, NOW)
+    memory_id = store_write(engine, TEXT, NOW, scope="user", owner=OWNER)
     with engine.begin() as conn:
         conn.execute(update(memories).where(memories.c.id == memory_id).values(status="superseded"))
     return memory_id
@@ -99,7 +102,7 @@ def test_a_write_during_another_daemons_forget_waits_and_is_refused(daemons: tup
     assert holding.wait(30)
     # The other daemon's group commit of the same text, while the forget is uncommitted.
     write_thread, wrote = _in_thread(lambda: commit_units(
-        writer, [WriteUnit([new_memory(TEXT)], "daemon-a")], STORE_CTX, NOW)[0])
+        writer, [WriteUnit([new_memory(TEXT, scope="user", owner=OWNER)], "daemon-a")], STORE_CTX, NOW)[0])
     wait_until(lambda: _lock_waiters(writer) >= 1 or not write_thread.is_alive(), timeout_s=30,
                message="the write to wait for the forget's lock (or to finish)")
     release.set()
@@ -110,22 +113,24 @@ def test_a_write_during_another_daemons_forget_waits_and_is_refused(daemons: tup
     assert _live_with_text(writer) == []
 
 
+@pytest.mark.parametrize("by", ["id", "subject"])
 def test_a_forget_during_another_daemons_write_waits_and_takes_the_new_row(
-        daemons: tuple[Engine, Engine]) -> None:
+        daemons: tuple[Engine, Engine], by: str) -> None:
     writer, forgetter = daemons
     doomed = _retired_row(writer)
     holding, release = threading.Event(), threading.Event()
 
     def write_and_hold() -> str:
         with writer.begin() as conn:
-            new_id = str(write_memory(conn, new_memory(TEXT), NOW, STORE_CTX)["id"])
+            item = new_memory(TEXT, scope="user", owner=OWNER)
+            new_id = str(write_memory(conn, item, NOW, STORE_CTX)["id"])
             holding.set()
             release.wait(30)
             return new_id
 
     write_thread, wrote = _in_thread(write_and_hold)
     assert holding.wait(30)
-    forget_thread, forgot = _in_thread(lambda: _forget(forgetter, doomed))
+    forget_thread, forgot = _in_thread(lambda: _forget(forgetter, doomed, by))
     wait_until(lambda: _lock_waiters(forgetter) >= 1 or not forget_thread.is_alive(), timeout_s=30,
                message="the forget to wait for the write's lock (or to finish)")
     release.set()
@@ -137,8 +142,11 @@ def test_a_forget_during_another_daemons_write_waits_and_takes_the_new_row(
     assert _live_with_text(writer) == []
 
 
-def _forget(engine: Engine, memory_id: str) -> dict[str, Any]:
+def _forget(engine: Engine, memory_id: str, by: str) -> dict[str, Any]:
+    """Forget ``memory_id`` by its id, or every row of its owner (by subject)."""
+    target: dict[str, Any] = ({"memory_id": memory_id, "subject": None} if by == "id"
+                              else {"memory_id": None, "subject": {"user_id": OWNER}})
     with engine.begin() as conn:
-        out: dict[str, Any] = lifecycle.forget(conn, memory_id=memory_id, subject=None, reason=None,
-                                               tombstone=True, now=NOW, actor="daemon-b", max_attempts=5)
+        out: dict[str, Any] = lifecycle.forget(conn, **target, reason=None, tombstone=True, now=NOW,
+                                               actor="daemon-b", max_attempts=5)
     return out

@@ -143,18 +143,25 @@ def copies_of(conn: Connection, row: Any) -> list[Any]:
     return [r for r in out if r.status not in ("deleting", "forgotten")]
 
 
-def _lock_and_catch_up(conn: Connection, rows: list[Any]) -> list[Any]:
+def _lock_and_catch_up(conn: Connection, rows: list[Any], subject: dict[str, str] | None) -> list[Any]:
     """Take the write path's lock on each row's content identity (store/memories.py
     lock_name), then add the live rows of those identities a write committed before
-    the lock was ours. From here to the commit no write of these identities can pass
-    its tombstone check: it waits for the lock, then finds the tombstone (PostgreSQL;
-    SQLite's single writer already serialises them)."""
+    the lock was ours (for a forget by subject, those carrying the subject's value).
+    From here to the commit no write of these identities can pass its tombstone
+    check: it waits for the lock, then finds the tombstone (PostgreSQL; SQLite's
+    single writer already serialises them)."""
     backend_for(conn).lock_identities(conn, (lock_name(r.scope, r.owner, r.content_hash) for r in rows))
     if not rows:
         return rows
     taken = {r.id for r in rows}
-    found = groupwrite.rows_of(conn, {(r.scope, r.owner, r.content_hash) for r in rows})
-    return rows + [r for r in found if r.id not in taken and r.status not in ("deleting", "forgotten")]
+    found = [r for r in groupwrite.rows_of(conn, {(r.scope, r.owner, r.content_hash) for r in rows})
+             if r.id not in taken and r.status not in ("deleting", "forgotten")]
+    if found and subject is not None:
+        (field, value), = subject.items()
+        carrying = set(conn.execute(select(memories.c.id).where(
+            memories.c.id.in_([r.id for r in found]), memories.c[field] == value)).scalars())
+        found = [r for r in found if r.id in carrying]
+    return rows + found
 
 
 def forget(conn: Connection, *, memory_id: str | None, subject: dict[str, str] | None,
@@ -187,7 +194,8 @@ def forget(conn: Connection, *, memory_id: str | None, subject: dict[str, str] |
         if limit is not None and len(rows) > limit:
             rows = rows[:limit]
             next_seq = rows[-1].seq
-    matched = _lock_and_catch_up(conn, [r for r in rows if r.status not in ("deleting", "forgotten")])
+    matched = _lock_and_catch_up(conn, [r for r in rows if r.status not in ("deleting", "forgotten")],
+                                 subject)
     ids = [r.id for r in matched]
     if ids:
         conn.execute(update(memories).where(memories.c.id.in_(ids)).values(status="deleting"))
