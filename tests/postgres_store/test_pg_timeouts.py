@@ -97,7 +97,7 @@ def test_a_pass_whose_statement_hits_the_lock_timeout_gives_its_job_back_and_run
         waiting = wait_until(given_back, timeout_s=60, message="decay to give its job back")
         assert all(state != "dead" for _, state, _ in _decay_jobs(daemon))
     waiting_id = max(waiting)
-    wait_until(lambda: dict((i, s) for i, s, _ in _decay_jobs(daemon)).get(waiting_id) == "done", timeout_s=60,
-               message="the given-back decay job to run once the lock is gone")
+    wait_until(lambda: dict((i, s) for i, s, _ in _decay_jobs(daemon)).get(waiting_id) == "done",
+               timeout_s=60, message="the given-back decay job to run once the lock is gone")
     assert all(state != "dead" for _, state, _ in _decay_jobs(daemon))
     daemon.assert_alive()
