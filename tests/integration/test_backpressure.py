@@ -77,7 +77,7 @@ def test_sixteen_clients_that_never_read_leave_memory_bounded_and_others_answere
     with non_readers(daemon.socket, 16, 64) as conns:
         peak = before
         pings = 0
-        deadline = time.monotonic() + 10.0  # the daemon works through 1024 requests meanwhile
+        deadline = time.monotonic() + 12.0  # the daemon works through 1024 requests meanwhile
         while time.monotonic() < deadline:
             peak = max(peak, rss_mb(daemon))
             # Checked as it grows, so a daemon without back-pressure fails here, not after
@@ -116,6 +116,9 @@ def test_a_connection_past_its_cap_is_refused_and_served_again_once_it_reads(
     daemon = start_daemon("bp-own", config={"conn_max_buffered_bytes": 1 << 20})
     seed(daemon)
     with non_readers(daemon.socket, 1, 8) as (conn,):
+        # Past its cap the answers wait for the client to read; reading nothing for a while,
+        # it is refused (logged once).
+        wait_until(lambda: '"answers.unread"' in daemon.stderr_text(), timeout_s=60.0)
         got = answers(conn, 8)
         pages = [a for a in got if "result" in a]
         refused = [a for a in got if "error" in a]

@@ -8,15 +8,20 @@ every answer it asked for in the daemon's memory (PROTOCOL.md 1.2,
 - ``conn_max_buffered_bytes``: the unread answers one connection may hold;
 - ``total_max_buffered_bytes``: the unread answers all connections hold.
 
-An answer that would pass a cap is replaced by a 1004 ``overloaded`` error,
-decided on the encoded answer's size before it enters the transport (the
-answer being built counts, not only those queued). One answer may exceed a
-cap when it would wait alone (nothing else queued on its connection, or
-nothing anywhere for the global cap), so a large page can always be read by a
-client that reads. Answers of at most :data:`SMALL_ANSWER` bytes are never
-refused: the refusal would cost as many bytes. Meanwhile the server stops
-reading a connection whose transport is above its high-water mark, so a
-client that does not read cannot send more requests either.
+Each answer is decided on its encoded size before it enters the transport;
+answers encoded and waiting to enter count too. An answer that would take its
+connection past its cap waits for the client to read (the queue to drain);
+when the client reads nothing for :data:`STALL_S`, it is replaced by a 1004
+``overloaded`` error, and the connection's later reads are refused before
+they run until it has read everything. An answer that would take everyone's
+unread answers past the global cap is refused at once (one that surely will
+not fit, before it is encoded). One answer may pass a cap alone (nothing but
+the transport's slack on its connection, or under :data:`TOTAL_SLACK` in
+all), so a large page always reaches a client that reads. Answers of at most
+:data:`SMALL_ANSWER` bytes are never refused: the refusal would cost as many
+bytes. Meanwhile the server stops reading a connection whose transport is
+above its high-water mark, so a client that does not read cannot send more
+requests either.
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ log = structlog.get_logger(__name__)
 SMALL_ANSWER = 4096
 #: Values :func:`surely_larger` looks at before it gives up (a few milliseconds at most).
 SIZE_WALK_STEPS = 20000
+#: Unread bytes in all below which an answer goes whatever its size ("alone").
+TOTAL_SLACK = 1 << 20
+#: Seconds an answer waits for a client that reads nothing before it is refused.
+STALL_S = 5.0
 
 
 def surely_larger(value: Any, limit: int, *, steps: int = SIZE_WALK_STEPS) -> bool:
@@ -138,7 +147,7 @@ class AnswerBudget:
         """Bytes waiting in all transports now (drained connections leave the set)."""
         total = 0
         for box in list(self._waiting):
-            n = box.queued()
+            n = box.held()
             if n == 0:
                 self._waiting.discard(box)
             total += n
@@ -159,11 +168,17 @@ class Outbox:
         self.over_total = False
         #: The most bytes this connection's transport held after a write.
         self.peak = 0
+        #: Encoded answers waiting for this connection's queue to drain (:meth:`wait_room`).
+        self.in_flight = 0
 
     def queued(self) -> int:
         """Bytes this connection's transport holds for its client (a closing transport's too:
         it keeps them until the client reads them or the connection is aborted)."""
         return self.transport.get_write_buffer_size()
+
+    def held(self) -> int:
+        """What counts against the global cap: the queue and the answers waiting to join it."""
+        return self.transport.get_write_buffer_size() + self.in_flight
 
     def _queued_now(self) -> int:
         n = self.queued()
@@ -175,13 +190,13 @@ class Outbox:
         """The refusal for a request before it runs, or for a read's answer before it is
         encoded (None: go on).
 
-        A connection whose answers wait past its cap, or one refused since its
-        queue was last empty, gets nothing more built until its client reads. A
-        request that changes state is refused while all unread answers are past
-        the global cap too: its answer cannot be refused once it has run.
+        A connection refused since its queue was last empty (its client stopped
+        reading) gets nothing more built until its client reads. A request that
+        changes state is refused while all unread answers are past the global
+        cap too: its answer cannot be refused once it has run.
         """
         queued = self._queued_now()
-        if queued and (self.stalled or queued >= self.budget.conn_cap):
+        if queued and self.stalled:
             return self._own_refusal(queued)
         if changes_state:
             total = self.budget.total()
@@ -207,31 +222,53 @@ class Outbox:
         return None
 
     def refuse_result(self, result: Any) -> Overloaded | None:
-        """The refusal for a read's result that will surely not fit, before it is encoded
-        (None: encode it, and ask :meth:`refuse_answer` with its size)."""
-        queued = self._queued_now()
-        if queued and surely_larger(result, max(SMALL_ANSWER, self.budget.conn_cap - queued)):
-            return self._own_refusal(queued)
+        """The refusal for a read's result that surely will not fit under the global cap,
+        before it is encoded (None: encode it, and ask :meth:`refuse_answer`)."""
         total = self.budget.total()
-        if total and surely_larger(result, max(SMALL_ANSWER, self.budget.total_cap - total)):
+        if total > TOTAL_SLACK and surely_larger(result, max(SMALL_ANSWER, self.budget.total_cap - total)):
             return self._global_refusal(total)
         return None
 
     def refuse_answer(self, size: int) -> Overloaded | None:
-        """The refusal that replaces a read's encoded answer of ``size`` bytes (None: send it).
+        """The refusal that replaces a read's encoded answer of ``size`` bytes for the global
+        cap (None: it may go, perhaps after :meth:`wait_room`).
 
         Only for requests that changed nothing: a refusal says nothing was done.
         """
         if size <= SMALL_ANSWER:
             return None
-        queued = self._queued_now()
-        if queued and queued + size > self.budget.conn_cap:
-            return self._own_refusal(queued)
         total = self.budget.total()
-        if total and total + size > self.budget.total_cap:
+        if total > TOTAL_SLACK and total + size > self.budget.total_cap:
             return self._global_refusal(total)
         self.budget.refusing = False
         return None
+
+    def must_wait(self, size: int) -> bool:
+        """Whether an answer of ``size`` bytes must wait for this connection's queue to drain:
+        it would pass ``conn_max_buffered_bytes`` behind more than the transport's slack."""
+        if size <= SMALL_ANSWER:
+            return False
+        queued = self.queued()
+        high = self.transport.get_write_buffer_limits()[1]
+        return queued > high and queued + size > self.budget.conn_cap
+
+    async def wait_room(self, writer: asyncio.StreamWriter, size: int) -> Overloaded | None:
+        """Hold an encoded answer of ``size`` bytes (counted as in flight) until this
+        connection's queue drains enough for it; None then. A client that reads nothing for
+        :data:`STALL_S` gets the 1004 instead: it is not reading."""
+        self.in_flight += size
+        self.budget._waiting.add(self)
+        try:
+            while self.must_wait(size):
+                try:
+                    await asyncio.wait_for(writer.drain(), STALL_S)
+                except TimeoutError:
+                    return self._own_refusal(self.queued())
+                except ConnectionError:
+                    return None  # the send that follows is a no-op on a closed transport
+            return None
+        finally:
+            self.in_flight -= size
 
     def send(self, data: bytes) -> None:
         """Write ``data`` into the transport (nothing once it is closing); a connection left

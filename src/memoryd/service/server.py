@@ -258,20 +258,29 @@ class SocketServer:
 
     async def _run(self, req: protocol.Request, peer: Peer, writer: asyncio.StreamWriter,
                    box: Outbox) -> None:
-        """Dispatch one request and send its answer. The result is dropped on return: kept
+        """Dispatch one request and send its answer. The result is dropped once encoded: kept
         alive while the caller waits for a client that does not read, it would be memory no
-        cap counts (the transport holds the encoded copy)."""
+        cap counts."""
         try:
             result = await self.dispatcher.dispatch(req.method, req.params, peer, self.admin)
         except Exception as exc:
             self._reply_failure(box, req, exc)
             return
-        if not req.is_notification and not writer.is_closing():
-            box.send(self._answer(req, result, box))
+        if req.is_notification or writer.is_closing():
+            return
+        data = self._answer(req, result, box)
+        del result
+        if req.method in READ_METHODS and box.must_wait(len(data)):
+            refused = await box.wait_room(writer, len(data))
+            if refused is not None:
+                data = protocol.encode_error(req.id, refused)
+        box.send(data)
 
     @staticmethod
     def _answer(req: protocol.Request, result: Any, box: Outbox) -> bytes:
-        """The encoded answer, or the 1004 that replaces it when unread answers are past a cap.
+        """The encoded answer, or the 1004 that replaces it: its connection stopped reading, or
+        everyone's unread answers would pass the global cap (the per-connection cap makes an
+        answer wait instead: :meth:`Outbox.wait_room`).
 
         Only a read's answer is replaced (the others were admitted under the caps and
         have run). One that surely will not fit is refused before it is encoded, which
