@@ -11,9 +11,11 @@ how to start it, and the next call connects again.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,6 +113,91 @@ def argument_problem(schema: Mapping[str, Any], arguments: Mapping[str, Any]) ->
                            f"(it takes {', '.join(sorted(known)) or 'none'})", code=-32602, field=field)
     field = str(error.absolute_path[0]) if error.absolute_path else ""
     return ToolFailure(f"invalid argument {field!r}: {error.message}", code=-32602, field=field or None)
+
+
+#: Tool calls that run at once (each may build a page of up to 100 memories); more wait.
+MAX_RUNNING_CALLS = 4
+
+
+class AnswerGate:
+    """What the bridge holds for an editor that does not read its answers (PROTOCOL.md 1.2).
+
+    The SDK writes answers to stdout one at a time; while the editor does not
+    read, each finished call's answer waits in its task. The gate counts those
+    answers (built, not yet taken by the writer) and the calls running, and
+    while they pass ``max_bytes`` (about: a tool answer counts twice its text,
+    as it carries it as text and as structured content) or ``max_held``
+    answers, no call starts and no message is read from the editor. At most
+    ``max_running`` calls run at once. So what the bridge holds stays within
+    ``max_bytes`` plus ``max_running`` answers, whatever the editor sends.
+    """
+
+    def __init__(self, max_bytes: int, max_held: int, max_running: int = MAX_RUNNING_CALLS):
+        self.max_bytes = max_bytes
+        self.max_held = max_held
+        self.max_running = max_running
+        self.held_bytes = 0
+        self.held = 0
+        self.running = 0
+        self._sizes: dict[asyncio.Task[Any], int] = {}
+        self._event: asyncio.Event | None = None
+
+    def room_to_read(self) -> bool:
+        return self.held_bytes < self.max_bytes and self.held + self.running < self.max_held
+
+    def room_to_call(self) -> bool:
+        return self.held_bytes < self.max_bytes and self.running < self.max_running
+
+    async def _until(self, room: Callable[[], bool]) -> None:
+        # One loop, no lock: nothing runs between the check and what the caller does next.
+        while not room():
+            if self._event is None:
+                self._event = asyncio.Event()
+            self._event.clear()
+            await self._event.wait()
+
+    def _changed(self) -> None:
+        if self._event is not None:
+            self._event.set()
+
+    async def wait_to_read(self) -> None:
+        """Return when the editor's next message may be read."""
+        await self._until(self.room_to_read)
+
+    @asynccontextmanager
+    async def call(self) -> AsyncIterator[None]:
+        """Run one tool call when there is room for its answer."""
+        await self._until(self.room_to_call)
+        self.running += 1
+        try:
+            yield
+        finally:
+            self.running -= 1
+            self._changed()
+
+    def hold(self, size: int) -> None:
+        """The current task has built an answer of about ``size`` bytes; it counts until the
+        writer takes it (:meth:`taken`) or the task ends without sending it (a cancelled call)."""
+        task = asyncio.current_task()
+        if task is None or task in self._sizes:
+            return
+        self._sizes[task] = size
+        self.held_bytes += size
+        self.held += 1
+        task.add_done_callback(self._release)
+
+    def taken(self) -> None:
+        """The writer took the current task's answer."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._release(task)
+
+    def _release(self, task: asyncio.Task[Any]) -> None:
+        size = self._sizes.pop(task, None)
+        if size is not None:
+            self.held_bytes -= size
+            self.held -= 1
+            self._changed()
 
 
 class Bridge:

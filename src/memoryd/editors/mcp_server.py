@@ -8,6 +8,7 @@ time (bench/mcp_startup.py), and no other command should pay for it.
 from __future__ import annotations
 
 import asyncio
+from types import TracebackType
 from typing import Any
 
 import anyio
@@ -19,7 +20,7 @@ from memoryd import __version__
 from memoryd.client import AsyncClient
 from memoryd.config import Config
 from memoryd.editors.binding import Binding
-from memoryd.editors.mcp_bridge import Bridge
+from memoryd.editors.mcp_bridge import AnswerGate, Bridge
 from memoryd.editors.mcp_tools import SERVER_INSTRUCTIONS, ToolSpec, tool_specs
 
 
@@ -35,15 +36,94 @@ def sdk_tool(spec: ToolSpec) -> types.Tool:
     )
 
 
-def build_server(bridge: Bridge) -> Server[Any]:
-    """A low-level SDK server whose tools are the bridge's."""
+#: What an answer other than a tool's (ping, tools/list, an error) counts while it waits.
+SMALL_ANSWER_BYTES = 1024
+
+
+class GatedWriteStream:
+    """The SDK's outgoing stream, telling the gate when the stdout writer takes an answer.
+
+    Each answer counts from when it is built (or handed here) until the writer
+    takes it: while the editor does not read, the writer is stuck on a full
+    pipe and the answers wait in their tasks.
+    """
+
+    def __init__(self, inner: Any, gate: AnswerGate):
+        self._inner = inner
+        self._gate = gate
+
+    async def send(self, item: Any, /) -> None:
+        self._gate.hold(SMALL_ANSWER_BYTES)  # a no-op for a tool answer, counted already
+        try:
+            await self._inner.send(item)
+        finally:
+            self._gate.taken()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> GatedWriteStream:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
+                        exc_tb: TracebackType | None) -> bool | None:
+        result: bool | None = await self._inner.__aexit__(exc_type, exc_val, exc_tb)
+        return result
+
+
+class GatedReadStream:
+    """The SDK's incoming stream: the editor's next message is read only when the gate has
+    room, so an editor that does not read its answers is not read either."""
+
+    def __init__(self, inner: Any, gate: AnswerGate):
+        self._inner = inner
+        self._gate = gate
+
+    @property
+    def last_context(self) -> Any:
+        """The sender's context of the last message (the SDK reads it when present)."""
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        await self._gate.wait_to_read()
+        return await self._inner.receive()
+
+    def __aiter__(self) -> GatedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        await self._gate.wait_to_read()
+        return await self._inner.__anext__()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> GatedReadStream:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
+                        exc_tb: TracebackType | None) -> bool | None:
+        result: bool | None = await self._inner.__aexit__(exc_type, exc_val, exc_tb)
+        return result
+
+
+def build_server(bridge: Bridge, gate: AnswerGate | None = None) -> Server[Any]:
+    """A low-level SDK server whose tools are the bridge's (each call through ``gate``)."""
     tools = [sdk_tool(spec) for spec in bridge.specs.values()]
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        outcome = await bridge.call(params.name, params.arguments)
+        if gate is None:
+            outcome = await bridge.call(params.name, params.arguments)
+        else:
+            async with gate.call():
+                outcome = await bridge.call(params.name, params.arguments)
+            # Text and structured content carry the same data: about twice the text.
+            gate.hold(2 * len(outcome.text))
         result = types.CallToolResult(content=[types.TextContent(type="text", text=outcome.text)],
                                       is_error=outcome.is_error)
         if outcome.structured is not None:
@@ -61,15 +141,19 @@ async def serve(binding: Binding, cfg: Config, specs: list[ToolSpec], *, stdin: 
     """Serve MCP until the input ends.
 
     ``stdin``/``stdout`` are blocking text file objects (readline; write and
-    flush); by default the SDK claims the process's own.
+    flush); by default the SDK claims the process's own. What the bridge holds
+    for an editor that stops reading is bounded by ``conn_max_buffered_bytes``
+    and ``max_inflight_per_connection`` (:class:`AnswerGate`).
     """
     client = AsyncClient(cfg.resolved_socket())
-    server = build_server(Bridge(binding, client, specs))
+    gate = AnswerGate(cfg.conn_max_buffered_bytes, cfg.max_inflight_per_connection)
+    server = build_server(Bridge(binding, client, specs), gate)
     streams = stdio_server(stdin=anyio.wrap_file(stdin) if stdin is not None else None,
                            stdout=anyio.wrap_file(stdout) if stdout is not None else None)
     try:
         async with streams as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            await server.run(GatedReadStream(read_stream, gate), GatedWriteStream(write_stream, gate),
+                             server.create_initialization_options())
     finally:
         await client.close()
 
