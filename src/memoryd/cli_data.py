@@ -57,7 +57,7 @@ class _Progress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-            self.bar = Progress(f"[bold]{self.label}", BarColumn(), MofNCompleteColumn(),
+            self.bar = Progress("[bold]{task.description}", BarColumn(), MofNCompleteColumn(),
                                 TimeElapsedColumn(), console=Console(stderr=True), transient=False)
             self.bar.__enter__()
         return self
@@ -66,9 +66,11 @@ class _Progress:
         if self.bar is not None:
             self.task = self.bar.add_task(self.label, total=total)
 
-    def advance(self, n: int) -> None:
+    def advance(self, n: int, note: str | None = None) -> None:
         if self.bar is not None and self.task is not None:
             self.bar.advance(self.task, n)
+            if note is not None:
+                self.bar.update(self.task, description=f"{self.label} ({note})")
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
@@ -260,7 +262,7 @@ def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, 
     from memoryd.cli import _load
     from memoryd.client import ClientError
     from memoryd.exchange import exportfile
-    from memoryd.exchange.importer import Importer
+    from memoryd.exchange.importer import DEFAULT_BATCH_BYTES, Importer
 
     cfg = _load(config_path, socket_path)
     stream: IO[bytes] = sys.stdin.buffer if file == "-" else open(file, "rb")  # noqa: SIM115
@@ -274,7 +276,11 @@ def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, 
             stream.close()
     with _session(cfg, admin=True) as call, _Progress("import", sys.stderr.isatty() and not as_json) as bar:
         bar.start(len(export.memories))
-        importer = Importer(call, batch_size=batch_size, progress=bar.advance)
+        # A batch stays under the frame limit (vectors make records ~3 KB each).
+        importer = Importer(call, batch_size=batch_size,
+                            batch_bytes=min(DEFAULT_BATCH_BYTES, cfg.max_frame_bytes * 3 // 4),
+                            progress=lambda n: bar.advance(n, f"{importer.summary.vectors_kept} "
+                                                              "vectors kept"))
         try:
             summary = importer.run(export)
         except ClientError as exc:
@@ -298,6 +304,9 @@ def _print_summary(report: dict[str, Any], name: str) -> None:
                f"{unreadable}")
     click.echo(f"links: {report['links_restored']} restored, {report['links_skipped']} skipped "
                "(their other memory is not in this export or was refused)")
+    if report["vectors_kept"]:
+        click.echo(f"vectors: {report['vectors_kept']} kept from the file (searchable now); the other "
+                   "memories written are queued to embed")
     for refusal in report["refused"]:
         field = f" field {refusal['field']}" if refusal["field"] else ""
         click.echo(f"  refused line {refusal['line']} ({refusal['id']}){field}: {refusal['reason']}")

@@ -20,8 +20,9 @@ a layer, in file order, in batches.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,23 @@ UNNAMED_CODES = (1002, 1006, 1007)
 #: Error codes worth retrying after a pause (nothing was written).
 RETRY_CODES = (1003, 1004)
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 4.0)
+
+
+#: About how many bytes of write params one memory.write_many call carries at most: under the
+#: default max_frame_bytes (1 MiB), with room for the JSON-RPC envelope.
+DEFAULT_BATCH_BYTES = 768 << 10
+
+
+def record_bytes(record: dict[str, Any]) -> int:
+    """About what a record costs in a request (the CLI sizes batches by it; a close
+    estimate is enough, the byte budget keeps a margin): its text, metadata and vector."""
+    vector = record.get("vector")
+    data = vector.get("data") if isinstance(vector, dict) else None
+    metadata = record.get("metadata")
+    return (600 + len(json.dumps(record["content"]))  # as the client sends it, escapes included
+            + (len(data) if isinstance(data, str) else 0)
+            + (len(json.dumps(metadata)) if metadata else 0)
+            + 120 * len(record.get("links") or []))
 
 
 def idempotency_key(source_id: str, content: str) -> str:
@@ -77,6 +95,8 @@ class Summary:
     duplicates: int = 0
     refused: list[Refusal] = field(default_factory=list)
     links_restored: int = 0
+    #: Rows written with the file's vector (no embed queued); the others are embedded again.
+    vectors_kept: int = 0
     #: Links whose other row is not in this export or was refused.
     links_skipped: int = 0
     bad_lines: list[tuple[int, str]] = field(default_factory=list)
@@ -88,6 +108,7 @@ class Summary:
             "refused": [{"line": r.line, "id": r.source_id, "field": r.field, "reason": r.reason}
                         for r in self.refused],
             "links_restored": self.links_restored, "links_skipped": self.links_skipped,
+            "vectors_kept": self.vectors_kept,
             "bad_lines": [{"line": n, "reason": why} for n, why in self.bad_lines],
             "complete": self.complete,
         }
@@ -127,11 +148,12 @@ def plan(export: ExportFile) -> tuple[list[Planned], int]:
 class Importer:
     """Writes a planned export in batches through ``call`` and keeps the summary."""
 
-    def __init__(self, call: Call, *, batch_size: int = 500,
+    def __init__(self, call: Call, *, batch_size: int = 500, batch_bytes: int = DEFAULT_BATCH_BYTES,
                  progress: Callable[[int], None] | None = None,
                  sleep: Callable[[float], None] = time.sleep):
         self.call = call
         self.batch_size = batch_size
+        self.batch_bytes = batch_bytes
         self.progress = progress or (lambda n: None)
         self.sleep = sleep
         #: exported id -> id in this store
@@ -152,12 +174,27 @@ class Importer:
             layer_end = layer_start
             while layer_end < len(order) and order[layer_end].depth == depth:
                 layer_end += 1
-            for at in range(layer_start, layer_end, self.batch_size):
-                batch = order[at:min(at + self.batch_size, layer_end)]
+            for batch in self._batches(order[layer_start:layer_end]):
                 self._write(batch)
                 self.progress(len(batch))
             layer_start = layer_end
         return self.summary
+
+    def _batches(self, layer: list[Planned]) -> Iterator[list[Planned]]:
+        """The layer in batches of at most ``batch_size`` records and about ``batch_bytes`` of
+        request: a record with a vector is ~3 KB, and 500 of them would pass the daemon's
+        max_frame_bytes (1 MiB by default), which refuses the whole call."""
+        batch: list[Planned] = []
+        size = 0
+        for item in layer:
+            cost = record_bytes(item.record)
+            if batch and (len(batch) >= self.batch_size or size + cost > self.batch_bytes):
+                yield batch
+                batch, size = [], 0
+            batch.append(item)
+            size += cost
+        if batch:
+            yield batch
 
     def params(self, item: Planned) -> dict[str, Any]:
         """The write params of one record, its links resolved to new ids."""
@@ -175,6 +212,9 @@ class Importer:
                 links.append(link)
         if links:
             restore["links"] = links
+        if record.get("vector") is not None:
+            # The daemon keeps it when it is its embedder's and was made from this content.
+            restore["vector"] = record["vector"]
         params["restore"] = restore
         return params
 
@@ -214,6 +254,8 @@ class Importer:
             self.summary.duplicates += 1
         else:
             self.summary.written += 1
+        if result.get("vector_kept"):
+            self.summary.vectors_kept += 1
         kept = sum(1 for _, _, other, _ in item.links if other in self.new_ids)
         self.summary.links_restored += kept
         self.summary.links_skipped += len(item.links) - kept

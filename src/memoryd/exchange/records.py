@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from memoryd.clock import normalize_rfc3339
+from memoryd.exchange import vectors as record_vectors
 
 #: A line longer than this is refused unread (no record a daemon can take comes near it:
 #: a request frame is at most max_frame_bytes, 1 MiB by default).
@@ -179,8 +180,8 @@ def _link_problem(links: Any) -> Bad | None:
 
 def check_memory(record: dict[str, Any]) -> Bad | None:
     """What is wrong with a memory record's shape, naming the field; None when a write can be
-    built from it. Fields the importer does not send (``vector``, fields of a later version)
-    are not looked at."""
+    built from it. ``vector`` is checked as exchange/vectors.py reads it (the importer sends
+    it for the daemon to keep); fields of a later version are not looked at."""
     if _depth_over(record, MAX_DEPTH):
         return Bad(_deep_field(record), f"nests more than {MAX_DEPTH} levels deep")
     if readable_id(record) is None:
@@ -220,6 +221,9 @@ def check_memory(record: dict[str, Any]) -> Bad | None:
         problem = _text_problem(record.get(name))
         if problem:
             return Bad(name, problem)
+    vector = record_vectors.decode(record.get("vector"))
+    if isinstance(vector, record_vectors.Problem):
+        return Bad(vector.field, vector.reason)
     return None
 
 

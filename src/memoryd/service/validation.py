@@ -5,16 +5,26 @@ Bad input gets -32602 (or 1001 for oversize content) and changes nothing.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from memoryd.clock import normalize_rfc3339
 from memoryd.config import Config
 from memoryd.errors import Forbidden, InvalidParams, TooLarge
+from memoryd.exchange import vectors as record_vectors
 from memoryd.store.listing import EXPORTABLE_STATUSES, BadCursor, ExportRequest, ListRequest
-from memoryd.store.memories import NewMemory, Restore, normalize_content, request_hash
+from memoryd.store.memories import (
+    KeptVector,
+    NewMemory,
+    Restore,
+    content_hash,
+    normalize_content,
+    request_hash,
+)
 from memoryd.store.schema import OWNER_FIELDS, SCOPE_KEY, SCOPES, STATUSES
 from memoryd.store.scope import Reader
 from memoryd.store.search import SearchRequest
@@ -181,6 +191,8 @@ def parse_write(params: Mapping[str, Any], cfg: Config, *, admin: bool = False) 
                                         "\\ud800 was found)") from exc
     idem = opt_str(params, "idempotency_key")
     restore = parse_restore(params["restore"]) if "restore" in params else None
+    if restore is not None and "vector" in params["restore"]:
+        restore = replace(restore, vector=keep_vector(params["restore"]["vector"], content, cfg))
     return NewMemory(
         content=content, kind=kind, scope=scope, owner=owner,
         agent_id=owners["agent_id"], user_id=owners["user_id"], project=owners["project"],
@@ -346,6 +358,7 @@ def parse_forget_page(params: Mapping[str, Any]) -> tuple[int | None, int]:
 RESTORE_PARAMS = {
     "source_id", "status", "recorded_at", "retired_at", "expires_at", "derived", "importance_raw",
     "corroboration", "access_count", "last_accessed_at", "kind_method", "kind_confidence", "links",
+    "vector",
 }
 RESTORABLE_STATUSES = EXPORTABLE_STATUSES
 LINK_KINDS = ("supersedes", "merged_into", "cites")
@@ -391,6 +404,32 @@ def parse_restore(value: Any) -> Restore:
         kind_method=sub("kind_method", opt_str, 16), kind_confidence=kind_confidence,
         links=_restore_links(value.get("links", [])),
     )
+
+
+def keep_vector(value: Any, content: str, cfg: Config) -> KeptVector | None:
+    """``restore.vector`` (exchange/vectors.py's shape): the vector to store as is, or None
+    to embed the row again. It is kept only when its model and dimension are this daemon's
+    embedder's and the content hash it was made from equals the hash of ``content``,
+    recomputed here (the file's hash alone is never trusted). A malformed vector is refused
+    (-32602 naming ``restore.vector.<field>``) whether or not it would be kept."""
+    decoded = record_vectors.decode(value, "restore.vector")
+    if isinstance(decoded, record_vectors.Problem):
+        raise InvalidParams(decoded.field, decoded.reason)
+    if decoded is None or decoded.content_hash is None or cfg.embedder == "none":
+        return None
+    model, dim = embedder_identity(cfg.embedder)
+    if (decoded.model, decoded.dim) != (model, dim) or decoded.content_hash != content_hash(content):
+        return None
+    return KeptVector(model=decoded.model, dim=decoded.dim, data=decoded.data)
+
+
+@functools.lru_cache(maxsize=4)
+def embedder_identity(spec: str) -> tuple[str, int | None]:
+    """The model name stored beside each vector and the dimension the embedder ``spec`` makes
+    (read from its files once, without loading it; None when they do not say)."""
+    from memoryd.models.embedder import model_dimension, spec_name
+
+    return spec_name(spec), model_dimension(spec)
 
 
 def _restore_links(value: Any) -> tuple[tuple[str, str, str, str | None], ...]:

@@ -181,6 +181,8 @@ def _vectors(conn: Connection, seqs: list[int]) -> dict[int, dict[str, Any]]:
         .where(memory_vectors.c.memory_seq.in_(seqs),
                memory_vectors.c.content_hash == memories.c.content_hash)
     )
+    # content_hash: what the vector was made from, so an import can tell whether it still
+    # describes the record's content (exchange/vectors.py).
     return {seq: {"model": model, "dim": dim, "encoding": "f32le-base64",
-                  "data": base64.b64encode(blob).decode()}
-            for seq, model, dim, blob, _ in rows}
+                  "data": base64.b64encode(blob).decode(), "content_hash": chash}
+            for seq, model, dim, blob, chash in rows}

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Row, and_, bindparam, delete, insert, select,
 from memoryd.clock import parse_rfc3339, to_rfc3339
 from memoryd.errors import Conflict, NotFound, Tombstoned
 from memoryd.queue import jobs as jobq
-from memoryd.store import audit, keyed, links
+from memoryd.store import audit, keyed, links, vectors
 from memoryd.store.backend import backend_for
 from memoryd.store.ids import new_memory_id
 from memoryd.store.schema import LIVE_STATUSES, idempotency_keys, memories, tombstones
@@ -67,6 +67,20 @@ class Restore:
     kind_method: str | None = None
     kind_confidence: float | None = None
     links: tuple[tuple[str, str, str, str | None], ...] = ()
+    #: The exported embedding, stored as is instead of queueing embed: set only when its model
+    #: and dimension are the target embedder's and it was made from this content
+    #: (service/validation.py keep_vector).
+    vector: KeptVector | None = None
+
+
+@dataclass(frozen=True)
+class KeptVector:
+    """An imported row's vector that the target keeps: its model, dimension and float32
+    little-endian bytes (the content hash is the row's own, checked before)."""
+
+    model: str
+    dim: int
+    data: bytes
 
 
 @dataclass
@@ -188,11 +202,21 @@ def _insert_new(conn: Connection, req: NewMemory, chash: str, now: datetime,
                 ctx: WriteContext) -> dict[str, Any]:
     values = new_row(req, chash, now)
     passes: Sequence[str] = ctx.passes
+    kept = req.restore.vector if req.restore is not None else None
     if req.restore is not None:
         values.update(restored_values(req.restore, req.importance))
         # An imported row brings its derived rows along: it is embedded again, not re-extracted.
         passes = [p for p in ctx.passes if p in RESTORED_PASSES]
-    conn.execute(insert(memories).values(**values))
+        if kept is not None:
+            # Its vector came with it: no embed, but what the embed pass queues after a vector.
+            passes = kept_vector_passes(ctx.passes, values["kind"])
+    inserted = conn.execute(insert(memories).values(**values)).inserted_primary_key
+    if kept is not None:
+        assert inserted is not None
+        # In the row's transaction: the row never exists without its vector, nor the reverse.
+        vectors.upsert(conn, [{"memory_seq": int(inserted[0]), "model": kept.model, "dim": kept.dim,
+                               "vector": kept.data, "content_hash": chash,
+                               "embedded_at": to_rfc3339(now)}])
     event = write_event(values, ctx.actor, keyed.secret(conn))
     if req.restore is not None:
         # Stamped now: the import happens now, whatever time the row was first recorded.
@@ -203,7 +227,18 @@ def _insert_new(conn: Connection, req: NewMemory, chash: str, now: datetime,
     for pass_name in passes:
         jobq.enqueue(conn, pass_name, values["id"], now=now.timestamp(), max_attempts=ctx.max_attempts)
         queued.append(pass_name)
-    return new_result(values, queued)
+    result = new_result(values, queued)
+    if kept is not None:
+        result["vector_kept"] = True
+    return result
+
+
+def kept_vector_passes(passes: Sequence[str], kind: str) -> list[str]:
+    """The passes an imported row whose vector was kept is queued for: those the embed pass
+    queues once it has stored a vector (classify only for a row of kind ``auto``)."""
+    from memoryd.passes.embed import FOLLOW_UPS  # the passes import the store
+
+    return [p for p in passes if p in FOLLOW_UPS and (p != "classify" or kind == "auto")]
 
 
 def new_row(req: NewMemory, chash: str, now: datetime) -> dict[str, Any]:
