@@ -14,9 +14,8 @@ driver takes as they are (str, int, float, bool, None; JSON already dumped).
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -74,9 +73,10 @@ def fetch(conn: Connection, stmt: Prepared, params: Mapping[str, Any]) -> list[A
     """Run a query on the driver's cursor and return its rows (tuples)."""
     cur = conn.connection.cursor()
     try:
-        with _as_sqlalchemy_error(conn, stmt):
-            cur.execute(stmt.sql, stmt.bind(params))
-            return list(cur.fetchall())
+        cur.execute(stmt.sql, stmt.bind(params))
+        return list(cur.fetchall())
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _sqlalchemy_error(conn, stmt, exc) from exc
     finally:
         cur.close()
 
@@ -87,21 +87,17 @@ def run_many(conn: Connection, stmt: Prepared, rows: Sequence[Mapping[str, Any]]
         return
     cur = conn.connection.cursor()
     try:
-        with _as_sqlalchemy_error(conn, stmt):
-            cur.executemany(stmt.sql, [stmt.bind(r) for r in rows])
+        cur.executemany(stmt.sql, [stmt.bind(r) for r in rows])
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _sqlalchemy_error(conn, stmt, exc) from exc
     finally:
         cur.close()
 
 
-@contextlib.contextmanager
-def _as_sqlalchemy_error(conn: Connection, stmt: Prepared) -> Iterator[None]:
-    """Raise a driver error as SQLAlchemy's DBAPIError (OperationalError, IntegrityError, ...),
-    as ``Connection.execute`` would: callers map those to 1003 and the runner's failure kinds
-    (a lock or statement timeout, a locked or full database); a bare driver error was taken for
-    a bug. Parameters hidden, as the engine hides them (they may hold memory text)."""
-    base = conn.dialect.loaded_dbapi.Error
-    try:
-        yield
-    except base as exc:
-        raise DBAPIError.instance(stmt.sql, None, exc, base, hide_parameters=True,
-                                  dialect=conn.dialect) from exc
+def _sqlalchemy_error(conn: Connection, stmt: Prepared, exc: Exception) -> BaseException:
+    """A driver error as SQLAlchemy's DBAPIError (OperationalError, IntegrityError, ...), as
+    ``Connection.execute`` raises it: callers map those to 1003 and to the runner's failure
+    kinds (a lock or statement timeout, a locked or full database); a bare driver error was
+    taken for a bug. Parameters hidden, as the engine hides them (they may hold memory text)."""
+    return DBAPIError.instance(stmt.sql, None, exc, conn.dialect.loaded_dbapi.Error,
+                               hide_parameters=True, dialect=conn.dialect)
