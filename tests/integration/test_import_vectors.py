@@ -24,7 +24,7 @@ from memoryd.service.client import ClientError
 from memoryd.store import vectors as store_vectors
 from memoryd.store.memories import content_hash
 from memoryd.store.schema import memories, memory_vectors
-from tests.integration.harness import DaemonHandle, run_cli
+from tests.integration.harness import DaemonHandle, run_cli, wait_until
 from tests.lifecycle.helpers import engine_on
 
 DIM = 384
@@ -180,3 +180,42 @@ def test_a_malformed_restore_vector_is_refused_naming_its_field_and_writes_nothi
     result = target.call("memory.write_many", {"items": [item]}, admin=True)["results"][0]
     assert result["vector_kept"] is True and "embed" not in result["queued"]
     assert _stored(target, text)[2] is not None
+
+
+@pytest.mark.slow
+def test_a_store_moved_with_its_vectors_between_bundled_daemons_is_searchable_by_vector_at_once(
+        start_daemon: Callable[..., DaemonHandle], short_tmp: Path) -> None:
+    source = start_daemon("src", embedder="bundled", config=QUIET)
+    texts = list(TEXTS.values())
+    for text in texts:  # of a kind already decided: no classify pass holds the daemon's stop
+        source.call("memory.write", {"content": text, "agent_id": "a1", "kind": "fact"})
+    wait_until(lambda: queue_open(source) == 0, timeout_s=300, interval_s=0.25,
+               message="the source's embed queue to drain")
+    exported = _export(source, short_tmp / "moved.jsonl")
+    sent = {r["content"]: base64.b64decode(r["vector"]["data"]) for r in exported if r["record"] == "memory"}
+    assert sorted(sent) == sorted(texts)
+
+    target = start_daemon("dst", embedder="bundled", config=QUIET)
+    code, summary = _import(target, short_tmp / "moved.jsonl")
+    assert code == 0 and summary["vectors_kept"] == len(texts), summary
+    # No embed job was ever queued: what the search finds is the file's vectors, byte for byte.
+    assert target.scalar("SELECT count(*) FROM jobs WHERE pass = 'embed'") == 0
+
+    def query_embedder_ready() -> bool:  # the query's own embedding needs the model loaded
+        return target.call("memory.search", {"query": "warm-up", "mode": "vector",
+                                             "agent_id": "a1"})["mode_used"] == "vector"
+
+    wait_until(query_embedder_ready, timeout_s=180, interval_s=0.5, message="the query embedder to load")
+    for text in texts:
+        _, _, vec = _stored(target, text)
+        assert store_vectors.to_blob(store_vectors.from_blob(bytes(vec.vector))) == sent[text]
+        answer = target.call("memory.search", {"query": text, "mode": "vector", "k": 2, "agent_id": "a1"})
+        assert answer["mode_used"] == "vector", answer
+        top = answer["results"]
+        assert top[0]["content"] == text and top[0]["score"] > 0.999 > top[1]["score"], (text, top)
+    assert target.scalar("SELECT count(*) FROM jobs WHERE pass = 'embed'") == 0
+
+
+def queue_open(daemon: DaemonHandle) -> int:
+    queue = daemon.call("daemon.status")["queues"]["embed"]
+    return int(queue["ready"]) + int(queue["leased"])
