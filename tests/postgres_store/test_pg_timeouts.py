@@ -101,3 +101,28 @@ def test_a_pass_whose_statement_hits_the_lock_timeout_gives_its_job_back_and_run
                timeout_s=60, message="the given-back decay job to run once the lock is gone")
     assert all(state != "dead" for _, state, _ in _decay_jobs(daemon))
     daemon.assert_alive()
+
+
+def test_a_pass_cancelled_by_the_statement_timeout_is_retried_not_dead(
+        start_daemon: Callable[..., DaemonHandle], pg_url: str) -> None:
+    # Decay reads the memories it decays; with the table locked against reads, its statement
+    # runs into the statement timeout (the lock timeout is longer): a failed attempt, retried.
+    daemon = start_daemon(db_url=pg_url, config={"pg_lock_timeout_ms": 10000, "pg_statement_timeout_ms": 300,
+                                                 "decay_interval_s": 1.0, "tick_interval_s": 1.0,
+                                                 "backoff_base_s": 0.5, "job_max_attempts": 5})
+    _call(daemon, "memory.write", {"content": "a row for decay to read", "agent_id": "a1"})
+    with hold_table_lock(daemon, "memories", "ACCESS EXCLUSIVE"):
+        def charged() -> list[int]:
+            """Decay jobs back in the queue with the attempt counted and the cause recorded
+            (daemon.status reads memories too, so it is asked nothing while they are locked)."""
+            rows = daemon.query("SELECT id, attempts, last_error FROM jobs WHERE pass = 'decay' "
+                                "AND state = 'ready'")
+            return [int(i) for i, attempts, error in rows
+                    if int(attempts) >= 1 and "statement timeout" in (error or "")]
+
+        waiting = wait_until(charged, timeout_s=60, message="decay to fail an attempt on the timeout")
+        assert all(state != "dead" for _, state, _ in _decay_jobs(daemon))
+    waiting_id = max(waiting)
+    wait_until(lambda: dict((i, s) for i, s, _ in _decay_jobs(daemon)).get(waiting_id) == "done",
+               timeout_s=60, message="the retried decay job to run once the lock is gone")
+    daemon.assert_alive()
