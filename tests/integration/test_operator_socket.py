@@ -11,6 +11,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
+from memoryd.service.client import ClientError
 from tests.integration.harness import DaemonHandle, run_cli
 from tests.lifecycle.helpers import error_of
 
@@ -52,3 +53,37 @@ def test_admin_socket_flag_moves_the_operator_socket_for_daemon_and_cli(
     missing = run_cli(["queue", "list", "--json", "--admin-socket", str(short_tmp / "nope.sock")], env)
     assert missing.returncode == 3, missing.stderr
     assert os.path.exists(chosen)
+
+
+#: Every operator-only method (docs/security.md's agent row names them all).
+OPERATOR_ONLY = ("queue.list", "queue.retry", "review.list", "review.decide", "audit.verify",
+                 "memory.export", "project.adopt")
+
+
+def test_every_operator_only_method_is_unknown_on_the_agent_socket(daemon: DaemonHandle) -> None:
+    for method in OPERATOR_ONLY:
+        assert error_of(daemon, method, {}).code == -32601, method
+        # positive control: the operator socket knows the method (an answer, or bad params)
+        try:
+            daemon.call(method, {}, admin=True)
+        except ClientError as err:
+            assert err.code != -32601, method
+
+
+def test_the_operator_only_list_is_every_method_the_agent_socket_lacks() -> None:
+    """A new operator method must join OPERATOR_ONLY (and docs/security.md) to pass."""
+    import ast
+    import inspect
+    import textwrap
+
+    from memoryd.service import handlers
+
+    source = inspect.getsource(handlers.Dispatcher.__init__)
+    tables: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse(textwrap.dedent(source))):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Attribute)
+                and isinstance(node.value, ast.Dict)):
+            tables[node.target.attr] = {k.value for k in node.value.keys
+                                        if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+    assert "memory.write" in tables["agent_methods"]  # positive control: the parse found the tables
+    assert tables["admin_methods"] - tables["agent_methods"] == set(OPERATOR_ONLY)
