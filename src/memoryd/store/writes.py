@@ -24,6 +24,7 @@ from memoryd.passes import failures
 from memoryd.store.backend import backend_for
 from memoryd.store.groupwrite import identity, is_plain, write_plain
 from memoryd.store.memories import NewMemory, WriteContext, lock_name, record_access, write_memory
+from memoryd.store.restore import is_restore_unit, write_restored
 
 log = structlog.get_logger(__name__)
 
@@ -48,11 +49,30 @@ class WriteUnit:
         return any(r.get("queued") for r in outcome)
 
 
+#: PostgreSQL's lock_not_available (lock_timeout) and query_canceled (statement_timeout).
+_PG_TIMEOUT_STATES = {"55P03", "57014"}
+
+
+def is_store_condition(exc: BaseException) -> bool:
+    """True when a driver error is the store's state (locked or timed out, disk full,
+    read-only), which a read answers 1003 with the cause; False for anything else (a
+    missing table, a bad statement), which is a crash the server reports as one."""
+    orig = getattr(exc, "orig", exc)
+    if getattr(orig, "sqlstate", None) in _PG_TIMEOUT_STATES:
+        return True
+    low = str(orig).lower()
+    return any(word in low for word in ("locked", "busy", "timeout", "full", "readonly", "read-only"))
+
+
 def store_error(exc: BaseException) -> StoreUnavailable:
     """Translate a driver error into 1003 with the cause and the next step."""
-    text = str(getattr(exc, "orig", exc))
+    orig = getattr(exc, "orig", exc)
+    text = str(orig)
     low = text.lower()
-    if "locked" in low or "busy" in low:
+    if getattr(orig, "sqlstate", None) in _PG_TIMEOUT_STATES or "timeout" in low:
+        hint = ("a statement waited past pg_lock_timeout_ms or ran past pg_statement_timeout_ms "
+                "(another connection holds a lock); retry shortly")
+    elif "locked" in low or "busy" in low:
         hint = "the database is locked by another process past the busy timeout; retry shortly"
     elif "full" in low:
         hint = "the disk is full; free space, then retry"
@@ -128,6 +148,8 @@ def _commit_one(conn: Connection, unit: WriteUnit, now: datetime, ctx: WriteCont
         with conn.begin_nested():
             if unit.op is not None:
                 return unit.op(conn, now, unit_ctx)
+            if is_restore_unit(unit.items):  # an import's batch, in a few statements
+                return write_restored(conn, unit.items, now, unit_ctx)
             return [write_memory(conn, item, now, unit_ctx) for item in unit.items]
     except MemorydError as exc:
         return exc
