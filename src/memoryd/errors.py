@@ -17,7 +17,8 @@ ERROR_CODES: dict[int, tuple[str, str]] = {
     1001: ("too_large", "the frame or the content is too large"),
     1002: ("not_found", "no such memory or object"),
     1003: ("store_unavailable", "the store cannot take the request now; nothing was written"),
-    1004: ("overloaded", "the write queue is full; retry later; nothing was written"),
+    1004: ("overloaded", "the write queue is full, or answers wait unread past a cap; "
+                         "retry later; nothing was written"),
     1005: ("forbidden", "the request is outside the caller's scope or socket"),
     1006: ("tombstoned", "the content matches a tombstone in this scope"),
     1007: ("conflict", "the request conflicts with the current state"),

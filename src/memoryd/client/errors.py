@@ -85,7 +85,7 @@ class StoreUnavailable(ClientError):
 
 
 class Overloaded(ClientError):
-    """1004: the write queue is full; retry later; nothing was written."""
+    """1004: the write queue is full, or answers wait unread past a cap; retry later; nothing was written."""
 
     code = 1004
 
