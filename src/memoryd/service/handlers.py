@@ -28,7 +28,7 @@ from memoryd.store.ids import is_memory_id
 from memoryd.store.memories import WriteContext
 from memoryd.store.schema import OWNER_FIELDS
 from memoryd.store.scope import missing_key_notice
-from memoryd.store.writes import WriteUnit, store_error
+from memoryd.store.writes import WriteUnit, is_store_condition, store_error
 
 Handler = Callable[[dict[str, Any], "Peer"], Awaitable[Any]]
 
@@ -112,6 +112,9 @@ class Dispatcher:
         except OperationalError as exc:
             # Locked or cancelled past the store's timeouts (busy_timeout_ms, PostgreSQL's
             # lock_timeout / statement_timeout): 1003 with the cause, as a write answers.
+            # Anything else (a missing table) is a crash, reported by the server as one.
+            if not is_store_condition(exc):
+                raise
             raise store_error(exc) from exc
 
     # -- memory.* -------------------------------------------------------------
@@ -187,6 +190,8 @@ class Dispatcher:
         try:
             result = await lexical
         except OperationalError as exc:  # as _read answers it
+            if not is_store_condition(exc):
+                raise
             raise store_error(exc) from exc
         self.committer.note_access([r["id"] for r in result["results"]])
         return result
