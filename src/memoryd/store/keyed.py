@@ -17,6 +17,7 @@ for ``memoryd store copy``, which carries the source's secret over with its
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -60,8 +61,10 @@ def _read(conn: Connection) -> bytes | None:
     return None if value is None else bytes.fromhex(value)
 
 
+@functools.lru_cache(maxsize=4096)
 def keyed_with(key: bytes, value: str) -> str:
-    """``value``'s keyed hash under ``key`` (``k:`` and 64 hex digits)."""
+    """``value``'s keyed hash under ``key`` (``k:`` and 64 hex digits). Cached: a write hashes
+    its owner twice (the tombstone lookup, the audit event), and owners repeat."""
     return PREFIX + hmac.new(key, value.encode("utf-8"), hashlib.sha256).hexdigest()
 
 

