@@ -234,14 +234,20 @@ def export_cmd(socket_path: str | None, config_path: str | None, scope: str | No
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=500, show_default=True,
               help="Memories per memory.write_many call.")
+@click.option("--no-vectors", is_flag=True,
+              help="Ignore the file's vectors: this daemon embeds every memory again.")
 def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, file: str,
-               batch_size: int) -> None:
+               batch_size: int, no_vectors: bool) -> None:
     """Write the memories of an export into this store through memory.write_many.
 
     Each line is written with an idempotency key derived from it, so an import
     that was interrupted can be run again: nothing is written twice (within
     the idempotency window, 48 h by default). Status, record times, citations
     and links are restored. Prints written, duplicates and refused lines.
+
+    A memory's vector (export --with-vectors) is kept when this daemon's
+    embedder is the model that made it and the memory's text is the one it
+    was made from; the others are embedded again (--no-vectors: all of them).
 
     The file is untrusted: a line that cannot be read, or a record with a
     field of the wrong shape or one the store refuses, is refused alone (by
@@ -279,6 +285,7 @@ def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, 
         # A batch stays under the frame limit (vectors make records ~3 KB each).
         importer = Importer(call, batch_size=batch_size,
                             batch_bytes=min(DEFAULT_BATCH_BYTES, cfg.max_frame_bytes * 3 // 4),
+                            keep_vectors=not no_vectors,
                             progress=lambda n: bar.advance(n, f"{importer.summary.vectors_kept} "
                                                               "vectors kept"))
         try:

@@ -150,8 +150,10 @@ class Importer:
 
     def __init__(self, call: Call, *, batch_size: int = 500, batch_bytes: int = DEFAULT_BATCH_BYTES,
                  progress: Callable[[int], None] | None = None,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, keep_vectors: bool = True):
         self.call = call
+        #: False: the file's vectors are not sent, and the target embeds every record.
+        self.keep_vectors = keep_vectors
         self.batch_size = batch_size
         self.batch_bytes = batch_bytes
         self.progress = progress or (lambda n: None)
@@ -212,7 +214,7 @@ class Importer:
                 links.append(link)
         if links:
             restore["links"] = links
-        if record.get("vector") is not None:
+        if self.keep_vectors and record.get("vector") is not None:
             # The daemon keeps it when it is its embedder's and was made from this content.
             restore["vector"] = record["vector"]
         params["restore"] = restore
