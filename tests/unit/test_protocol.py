@@ -90,3 +90,14 @@ def test_responses_are_one_json_line_with_the_request_id() -> None:
     assert err["id"] is None
     assert err["error"]["code"] == -32600
     assert err["error"]["data"]["name"] == "invalid_request"
+
+
+def test_an_error_answer_never_carries_a_urls_credentials() -> None:
+    from memoryd.errors import StoreUnavailable
+
+    error = StoreUnavailable("store unavailable: could not reach "
+                             "postgresql://memo:hunter2@db1:5432/mem?password=hunter3; retry")
+    body = json.loads(encode_error(7, error))["error"]
+    assert "hunter2" not in body["message"] and "hunter3" not in body["message"]
+    assert "db1:5432" in body["message"]  # positive control: the rest of the message stays
+    assert body["code"] == 1003

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memoryd.errors import InvalidRequest, MemorydError, ParseError
+from memoryd.masking import mask_url
 
 _NO_ID = object()
 
@@ -80,7 +81,11 @@ def encode_result(req_id: Any, result: Any) -> bytes:
 
 
 def encode_error(req_id: Any, error: MemorydError) -> bytes:
-    return _line({"jsonrpc": "2.0", "id": req_id, "error": error.to_json()})
+    body = error.to_json()
+    # An error may quote a driver's or a server's message, which can carry a configured URL:
+    # its credentials never reach a client (protocol 1.2, secrets).
+    body["message"] = mask_url(body["message"])
+    return _line({"jsonrpc": "2.0", "id": req_id, "error": body})
 
 
 def _line(obj: dict[str, Any]) -> bytes:
