@@ -101,7 +101,7 @@ class Config:
     done_retention_s: float = _key(86400.0, "How long finished jobs are kept before pruning.")
     idempotency_ttl_s: float = _key(172800.0, "How long idempotency keys are remembered (at least 24 h).")
     embed_batch_size: int = _key(1024, "Memories claimed per embed-pass batch (encoded sorted by length).")
-    embed_encode_batch: int = _key(32, "Texts per model forward pass (small: less padding).")
+    embed_encode_batch: int = _key(64, "Texts per model forward pass (a claimed batch is sorted by length).")
     classify_margin: float = _key(0.05, "With classify_llm, a lead over the runner-up kind below this goes "
                                   "to the LLM (else the embedding classifier decides alone).")
     classify_llm: bool = _key(False, "Ask the LLM when the classifier's margin is low (for a capable model).")
