@@ -11,38 +11,17 @@ import secrets
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
 from memoryd.queue import jobs as jobq
 from memoryd.store import proposals
 from tests.integration.harness import DaemonHandle, run_cli, wait_until
-from tests.lifecycle.helpers import QUIET, engine_on, error_of, get, wait_status
+from tests.lifecycle.helpers import QUIET, engine_on, error_of, files_holding, get, store_holding, wait_status
 
 
 def _marker(tag: str) -> str:
     return f"zq{tag}{secrets.token_hex(8)}"
-
-
-def _files_holding(root: Path, needle: bytes) -> list[str]:
-    """Every file under ``root`` whose bytes contain ``needle``."""
-    return [str(p) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
-
-
-def _store_holding(daemon: DaemonHandle, needle: str) -> list[str]:
-    """Where the daemon's store holds ``needle``: on SQLite, every file of the data dir (the
-    database, its WAL, anything beside them); on PostgreSQL, every table whose rows, read
-    whole as text (lexemes and JSON included), contain it."""
-    if daemon.db_url is None:
-        return _files_holding(daemon.data_dir, needle.encode())
-    tables = [t for (t,) in daemon.query(
-        "SELECT table_name FROM information_schema.tables "
-        "WHERE table_schema = 'public' AND table_type = 'BASE TABLE'")]
-    assert "memories" in tables and "jobs" in tables, tables
-    return [t for t in tables
-            if daemon.scalar(f'SELECT count(*) FROM "{t}" AS r WHERE CAST(r AS TEXT) LIKE ?',
-                             (f"%{needle}%",))]
 
 
 def _seed_proposals_and_failed_job(daemon: DaemonHandle, doomed: str, other: str,
@@ -102,11 +81,11 @@ def test_forget_by_id_erases_copies_withdraws_proposals_and_scrubs_job_errors(
     def gone() -> bool:
         # The word index keeps a word after the prefix it shares with the previous
         # word ("zq..."): its unique tail is what must be gone.
-        return not _store_holding(daemon, secret[-12:])
+        return not store_holding(daemon, secret[-12:])
 
     # The other owner's copy still holds the text, so look for the doomed text's file
     # presence only after erasing that one too: first the positive control.
-    assert _store_holding(daemon, secret)
+    assert store_holding(daemon, secret)
     daemon.call("memory.forget", {"id": elsewhere}, admin=True)
     wait_status(daemon, elsewhere, "forgotten")
     wait_until(gone, timeout_s=30, message="the forgotten text to leave the store")
@@ -120,7 +99,7 @@ def test_forget_by_id_erases_copies_withdraws_proposals_and_scrubs_job_errors(
                                   ("queue.list", {}, True), ("daemon.status", {}, False)]:
         assert secret not in str(daemon.call(method, params, admin=admin)), method
     assert daemon.stop() == 0
-    assert not _store_holding(daemon, secret[-12:])
+    assert not store_holding(daemon, secret[-12:])
 
 
 @pytest.mark.sqlite_only("FTS5's secure-delete: reads the SQLite file's bytes for an index word "
@@ -140,8 +119,8 @@ def test_fts_secure_delete_leaves_no_word_of_a_forgotten_row_in_the_file(
     assert daemon.stop() == 0
     # The index stores a word after the prefix it shares with the word before it
     # ("zq..."), so look for its unique tail, not the whole word.
-    assert not _files_holding(daemon.data_dir, word[-12:].encode())
-    assert _files_holding(daemon.data_dir, control[-12:].encode())  # positive control
+    assert not files_holding(daemon.data_dir, word[-12:].encode())
+    assert files_holding(daemon.data_dir, control[-12:].encode())  # positive control
 
 
 def test_forget_by_subject_is_refused_on_the_agent_socket_and_changes_nothing(daemon: DaemonHandle) -> None:

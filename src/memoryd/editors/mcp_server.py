@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import mcp.types as types
@@ -40,29 +40,17 @@ def sdk_tool(spec: ToolSpec) -> types.Tool:
 SMALL_ANSWER_BYTES = 1024
 
 
-class GatedWriteStream:
-    """The SDK's outgoing stream, telling the gate when the stdout writer takes an answer.
-
-    Each answer counts from when it is built (or handed here) until the writer
-    takes it: while the editor does not read, the writer is stuck on a full
-    pipe and the answers wait in their tasks.
-    """
+class _GatedStream:
+    """What both gated streams hand straight to the SDK's stream they wrap."""
 
     def __init__(self, inner: Any, gate: AnswerGate):
         self._inner = inner
         self._gate = gate
 
-    async def send(self, item: Any, /) -> None:
-        self._gate.hold(SMALL_ANSWER_BYTES)  # a no-op for a tool answer, counted already
-        try:
-            await self._inner.send(item)
-        finally:
-            self._gate.taken()
-
     async def aclose(self) -> None:
         await self._inner.aclose()
 
-    async def __aenter__(self) -> GatedWriteStream:
+    async def __aenter__(self) -> Self:
         await self._inner.__aenter__()
         return self
 
@@ -72,13 +60,25 @@ class GatedWriteStream:
         return result
 
 
-class GatedReadStream:
+class GatedWriteStream(_GatedStream):
+    """The SDK's outgoing stream, telling the gate when the stdout writer takes an answer.
+
+    Each answer counts from when it is built (or handed here) until the writer
+    takes it: while the editor does not read, the writer is stuck on a full
+    pipe and the answers wait in their tasks.
+    """
+
+    async def send(self, item: Any, /) -> None:
+        self._gate.hold(SMALL_ANSWER_BYTES)  # a no-op for a tool answer, counted already
+        try:
+            await self._inner.send(item)
+        finally:
+            self._gate.taken()
+
+
+class GatedReadStream(_GatedStream):
     """The SDK's incoming stream: the editor's next message is read only when the gate has
     room, so an editor that does not read its answers is not read either."""
-
-    def __init__(self, inner: Any, gate: AnswerGate):
-        self._inner = inner
-        self._gate = gate
 
     @property
     def last_context(self) -> Any:
@@ -95,18 +95,6 @@ class GatedReadStream:
     async def __anext__(self) -> Any:
         await self._gate.wait_to_read()
         return await self._inner.__anext__()
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> GatedReadStream:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
-                        exc_tb: TracebackType | None) -> bool | None:
-        result: bool | None = await self._inner.__aexit__(exc_type, exc_val, exc_tb)
-        return result
 
 
 def build_server(bridge: Bridge, gate: AnswerGate | None = None) -> Server[Any]:

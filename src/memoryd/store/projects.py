@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, delete, exists, select, update
+from sqlalchemy import Connection, Table, and_, case, delete, exists, select, update
 
 from memoryd.store import audit, keyed
 from memoryd.store.backend import backend_for
@@ -58,8 +58,9 @@ def adopt_batch(conn: Connection, *, old: str, new: str, at: str, actor: str,
         audit.append(conn, at=at, actor=actor, action=ACTION, memory_id=None,
                      detail={**_owners(conn, old, new), "memory_ids": ids})
         return out
-    out["tombstones"] = _move_tombstones(conn, keyed.keyed(conn, old), keyed.keyed(conn, new))
-    out["idempotency_keys"] = _move_idempotency_keys(conn, old, new)
+    out["tombstones"] = _move_owned_rows(conn, tombstones, "content_hash",
+                                         keyed.keyed(conn, old), keyed.keyed(conn, new))
+    out["idempotency_keys"] = _move_owned_rows(conn, idempotency_keys, "key", old, new)
     out["entities"] = _move_entities(conn, old, new)
     if any(out[k] for k in ("tombstones", "idempotency_keys", "entities")):
         audit.append(conn, at=at, actor=actor, action=ACTION, memory_id=None,
@@ -75,26 +76,16 @@ def _owners(conn: Connection, old: str, new: str) -> dict[str, str]:
     return {"from": keyed.keyed(conn, old), "to": keyed.keyed(conn, new)}
 
 
-def _move_tombstones(conn: Connection, old: str, new: str) -> int:
-    """Re-key the project's tombstones (``old`` and ``new`` are the keyed hashes tombstones
-    hold, store/keyed.py); one the new key already holds is dropped as a double."""
-    other = tombstones.alias("other")
+def _move_owned_rows(conn: Connection, table: Table, match: str, old: str, new: str) -> int:
+    """Re-key the project's rows of ``table`` (tombstones, idempotency keys: ``old`` and ``new``
+    are the keyed hashes they hold, store/keyed.py); a row whose ``match`` column the new key
+    already holds is dropped as a double (a tombstone twice, a key that keeps its first answer)."""
+    other = table.alias("other")
     taken = exists().where(other.c.scope == "project", other.c.owner == new,
-                           other.c.content_hash == tombstones.c.content_hash)
-    mine = and_(tombstones.c.scope == "project", tombstones.c.owner == old)
-    moved = conn.execute(update(tombstones).where(mine, ~taken).values(owner=new)).rowcount
-    conn.execute(delete(tombstones).where(mine))
-    return int(moved or 0)
-
-
-def _move_idempotency_keys(conn: Connection, old: str, new: str) -> int:
-    """Re-key the project's idempotency keys; a key the new project already used keeps its answer."""
-    other = idempotency_keys.alias("other")
-    taken = exists().where(other.c.scope == "project", other.c.owner == new,
-                           other.c.key == idempotency_keys.c.key)
-    mine = and_(idempotency_keys.c.scope == "project", idempotency_keys.c.owner == old)
-    moved = conn.execute(update(idempotency_keys).where(mine, ~taken).values(owner=new)).rowcount
-    conn.execute(delete(idempotency_keys).where(mine))
+                           other.c[match] == table.c[match])
+    mine = and_(table.c.scope == "project", table.c.owner == old)
+    moved = conn.execute(update(table).where(mine, ~taken).values(owner=new)).rowcount
+    conn.execute(delete(table).where(mine))
     return int(moved or 0)
 
 
