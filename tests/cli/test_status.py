@@ -188,13 +188,20 @@ def test_status_exits_4_when_the_socket_is_there_but_this_user_may_not_connect(d
 
 # -- --watch ---------------------------------------------------------------------------------------
 
+def _as_a_foreground_job() -> None:
+    """Ctrl-C as a terminal's foreground job gets it: pytest run in the background by a shell
+    without job control (a CI script's `cmd &`) starts with SIGINT ignored, and every child
+    would inherit that, so the Ctrl-C test would fail there and nowhere else."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def on_a_terminal(argv: list[str], env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """Run ``argv`` with a pseudo-terminal (200x60) as stdin, stdout and stderr."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 200, 0, 0))
     proc = subprocess.Popen(argv, env=env, stdin=follower, stdout=follower, stderr=follower,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_as_a_foreground_job)
     os.close(follower)
     try:
         yield proc, leader
