@@ -80,12 +80,16 @@ def daemon_engine(cfg: Config) -> Engine:
     :raises CopyUnfinished: the store is a ``memoryd store copy`` target that was interrupted
         or did not verify (store/copy_guard.py): serving it would serve part of a store.
     """
+    from memoryd.store.backend import backend_for
     from memoryd.store.copy_guard import refuse_unfinished_copy
 
     engine = create_store_engine(cfg.resolved_db_url(), cfg.busy_timeout_ms,
                                  lock_timeout_ms=cfg.pg_lock_timeout_ms or cfg.busy_timeout_ms,
                                  statement_timeout_ms=cfg.pg_statement_timeout_ms)
     try:
+        # The server first: one that cannot be reached, is too old or lacks pgvector is
+        # refused with its fix, before the copy check's query would fail with a traceback.
+        backend_for(engine).check_server(engine)
         refuse_unfinished_copy(engine)
     except BaseException:
         engine.dispose()
