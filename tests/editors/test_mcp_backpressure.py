@@ -16,10 +16,10 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
 
 import psutil
 
+from tests.editors.test_mcp_handshake import frame
 from tests.integration.harness import DaemonHandle, hermetic_env
 
 AGENT = "mcp-bp"
@@ -30,15 +30,6 @@ CALLS = 100
 #: of about 12 MB). The documented bound is conn_max_buffered_bytes (8 MiB) plus the four
 #: calls that may run at once; this is generous.
 RSS_RISE_BOUND_MB = 400
-
-
-def frame(req_id: int | None, method: str, params: dict[str, Any] | None = None) -> bytes:
-    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    if req_id is not None:
-        msg["id"] = req_id
-    if params is not None:
-        msg["params"] = params
-    return json.dumps(msg).encode() + b"\n"
 
 
 def test_a_bridge_whose_editor_does_not_read_holds_a_bounded_number_of_answers(
