@@ -8,14 +8,18 @@
 
 The unembedded rows are made deterministic: they are written through the
 store's own write path on the daemon's database (durable row + embed job, as
-memory.write does), and the daemon's runner is only woken by its own writes
-or by its safety-net tick, which is set to an hour here. A write through the
-socket then wakes it, and the notice goes away once the rows are embedded.
+memory.write does), with their embed jobs held back an hour (``run_after``).
+The runner still wakes for its own schedules (decay, retention), and a wake
+drains every due queue: without the hold, a scheduled wake between two tests
+embedded the late rows (seen in CI). The last test makes the jobs due, a
+write through the socket wakes the runner, and the notice goes away once the
+rows are embedded.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -51,9 +55,25 @@ def write_behind(daemon: Any, contents: list[str], agent_id: str) -> list[str]:
                        idempotency_ttl_s=86400)
     assert "embed" in ctx.passes
     with daemon.engine().begin() as conn:
-        return [write_memory(conn, NewMemory(content=c, kind="auto", scope="agent", owner=agent_id,
-                                             agent_id=agent_id), utcnow(), ctx)["id"]
-                for c in contents]
+        ids = [write_memory(conn, NewMemory(content=c, kind="auto", scope="agent", owner=agent_id,
+                                            agent_id=agent_id), utcnow(), ctx)["id"]
+               for c in contents]
+        hold_embed_jobs(conn, ids, until=time.time() + HOLD_S)
+    return ids
+
+
+HOLD_S = 3600.0
+
+
+def hold_embed_jobs(conn: Any, ids: list[str], *, until: float) -> None:
+    """Set the rows' embed jobs to run no sooner than ``until`` (0: due now)."""
+    from sqlalchemy import update
+
+    from memoryd.store.schema import jobs
+
+    done = conn.execute(update(jobs).where(jobs.c["pass"] == "embed", jobs.c.target.in_(ids))
+                        .values(run_after=until))
+    assert done.rowcount == len(ids), (done.rowcount, ids)
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +199,8 @@ def test_vector_mode_cannot_see_unembedded_rows_but_says_so(lagging: dict[str, A
 def test_notice_goes_away_once_the_rows_are_embedded(lagging: dict[str, Any]) -> None:
     """Runs last in the module: a socket write wakes the runner, which embeds the late rows."""
     daemon = lagging["daemon"]
+    with daemon.engine().begin() as conn:
+        hold_embed_jobs(conn, lagging["late_a1"] + lagging["late_a2"], until=0.0)
     daemon.write("Staging database listens on IPv6 too.", agent_id="a3")
     daemon.wait_embedded()
     result = daemon.search(QUERY, mode="hybrid", k=20, agent_id="a1")
