@@ -142,6 +142,15 @@ class Config:
     model_threads: int = _key(2, "Threads for model inference when idle (the governor uses 1 when busy).")
     nice: int = _key(10, "CPU niceness the daemon gives itself at start (0 = unchanged).")
     shutdown_grace_s: float = _key(20.0, "On SIGTERM, seconds a running batch may take before release.")
+    search_reranker: str = _key(
+        "", "Reranker for hybrid searches ('' = off): a local sentence-transformers CrossEncoder "
+        "directory (never downloaded), or a rerank endpoint on loopback, e.g. "
+        "http://127.0.0.1:8080/v1/rerank (llama.cpp) or http://127.0.0.1:8080/rerank "
+        "(text-embeddings-inference). Also written [search] reranker = ...")
+    search_rerank_budget_ms: float = _key(
+        200.0, "Longest the reranker may take per search; past it the fused order stands, with a notice.")
+    search_rerank_candidates: int = _key(
+        40, "Fused candidates (scope-filtered, best first) the reranker reorders; the top k are answered.")
 
     # -- derived paths ---------------------------------------------------
     def resolved_data_dir(self) -> Path:
@@ -223,6 +232,23 @@ class Config:
                                self.llm_entity_types)
         if not self.kinds or any(not k or k == "auto" for k in self.kinds):
             raise _range_error("kinds", "a non-empty list of names other than 'auto'", self.kinds)
+        self._validate_reranker()
+
+    def _validate_reranker(self) -> None:
+        from memoryd.rerank import is_url  # light: the model code loads only when used
+        from memoryd.rerank.endpoint import EndpointRefused, check_loopback
+
+        if is_url(self.search_reranker):
+            try:
+                check_loopback(self.search_reranker)
+            except EndpointRefused as exc:
+                raise ConfigError(f"config key 'search_reranker': {exc}",
+                                  data={"field": "search_reranker"}) from None
+        if not 0.0 < self.search_rerank_budget_ms <= 10000.0:
+            raise _range_error("search_rerank_budget_ms", "above 0 and at most 10000 (10 s)",
+                               self.search_rerank_budget_ms)
+        if not 1 <= self.search_rerank_candidates <= 200:
+            raise _range_error("search_rerank_candidates", "from 1 to 200", self.search_rerank_candidates)
 
     def as_dict(self) -> dict[str, Any]:
         """Every key and its value, as plain data (what ``memoryd config --json`` prints)."""
@@ -282,6 +308,7 @@ def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) ->
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {file_path} is not valid TOML: {exc}") from exc
         source = f"config file {file_path}"
+        data = _flatten_tables(data)
         _refuse_unknown(data, schema, source)
         for name, value in data.items():
             given[name] = (_typed(name, schema[name], value, source), source)
@@ -330,6 +357,21 @@ def key_types() -> dict[str, type]:
     for f in fields(Config):
         hint = hints[f.name]
         out[f.name] = typing.get_origin(hint) or hint
+    return out
+
+
+#: TOML tables whose keys are config keys with the table's name as prefix:
+#: ``[search] reranker = ...`` is ``search_reranker = ...``.
+TABLES = ("search",)
+
+
+def _flatten_tables(data: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for name, value in data.items():
+        if name in TABLES and isinstance(value, dict):
+            out.update({f"{name}_{key}": item for key, item in value.items()})
+        else:
+            out[name] = value
     return out
 
 

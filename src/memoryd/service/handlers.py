@@ -19,6 +19,7 @@ from memoryd.config import Config
 from memoryd.errors import Forbidden, InvalidParams, MemorydError, MethodNotFound, NotFound
 from memoryd.models.embedder import EmbedderAPI
 from memoryd.queue import jobs as jobq
+from memoryd.rerank.stage import stage_for
 from memoryd.service import validation
 from memoryd.service.committer import GroupCommitter
 from memoryd.store import audit, entities, lifecycle, links, listing, projects, proposals, review, search
@@ -71,6 +72,9 @@ class Dispatcher:
         self.status_provider = status
         self.embedder = embedder
         self.readers = ThreadPoolExecutor(cfg.read_threads, thread_name_prefix="memoryd-read")
+        #: The optional reranker (search_reranker; None when off), run from the read threads.
+        self.rerank = stage_for(cfg.search_reranker, cfg.search_rerank_budget_ms,
+                                cfg.search_rerank_candidates)
         #: Query embeddings and vector legs, started as a search begins, awaited after its lexical leg.
         self.vector_side = ThreadPoolExecutor(cfg.read_threads, thread_name_prefix="memoryd-vector")
         self.agent_methods: dict[str, Handler] = {
@@ -215,9 +219,15 @@ class Dispatcher:
         def reason() -> str:
             return self.embedder.query_unavailable_reason() or "the embedder is not ready"
 
+        rerank = self.rerank
         with read_only(self.engine) as conn:
             outcome = search.run(conn, req, now, query_vec, reason,
-                                 lazy_vec=lambda: self.embedder.encode_query(req.query))
+                                 lazy_vec=lambda: self.embedder.encode_query(req.query),
+                                 rerank_candidates=rerank.candidates if rerank else 0)
+        if rerank is not None and outcome.candidates is not None:
+            # After the snapshot closes: the reranker holds no read transaction open.
+            ranked, more = rerank(req.query, outcome.candidates, req.explain)
+            outcome.results, outcome.notices = ranked[:req.k], outcome.notices + more
         results = []
         for row in outcome.results:
             public = mem.to_public(row)
@@ -447,4 +457,6 @@ class Dispatcher:
 
     def close(self) -> None:
         self.readers.shutdown(wait=False, cancel_futures=True)
+        if self.rerank is not None:
+            self.rerank.close()
         self.vector_side.shutdown(wait=False, cancel_futures=True)

@@ -93,6 +93,10 @@ class SearchOutcome:
     results: list[dict[str, Any]]
     mode_used: str
     notices: list[str]
+    #: A hybrid search's fused candidates (hydrated, best first), kept when the caller asked
+    #: for ``rerank_candidates``: the reranker's input (memoryd/rerank/), taken after the
+    #: search's snapshot closes. None otherwise.
+    candidates: list[dict[str, Any]] | None = None
 
 
 def lexical(conn: Connection, req: SearchRequest, now: str, limit: int) -> list[dict[str, Any]]:
@@ -218,7 +222,8 @@ Reason = str | Callable[[], "str | None"] | None
 
 def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSource,
         vector_off_reason: Reason,
-        lazy_vec: Callable[[], np.ndarray | None] | None = None) -> SearchOutcome:
+        lazy_vec: Callable[[], np.ndarray | None] | None = None,
+        rerank_candidates: int = 0) -> SearchOutcome:
     """Answer one search; ``query_vec`` is None when the vector leg cannot run.
 
     ``query_vec`` may be a callable that waits for work started elsewhere: a
@@ -227,6 +232,8 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
     ``vector_off_reason`` (or a callable giving it) says why there is no vector.
     ``lazy_vec`` gives the query vector on demand, for a lexical search that
     found fewer than k rows and fills from the vector leg.
+    ``rerank_candidates`` > 0 keeps that many of a hybrid search's fused candidates in
+    the outcome's ``candidates`` (they passed both legs' scope filters), for a reranker.
     """
     now_s = to_rfc3339(now)
     ref = parse_rfc3339(req.as_of) if req.as_of else now
@@ -272,7 +279,7 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
 
     if use_vector and use_lexical:
         mode_used = "hybrid"
-        rows = fuse(lex_rows, vec_rows, req.k, ref, req.explain, windows)
+        rows = fuse(lex_rows, vec_rows, max(req.k, rerank_candidates), ref, req.explain, windows)
     elif use_vector:
         mode_used = "vector"
         rows = _single(vec_rows, req, lambda r: 1.0 - r["distance"], "vector")
@@ -286,7 +293,10 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
             if fill_vec is not None:
                 rows += _fill(rows, vector(conn, req, now_s, fill_vec, want)[0], req, "vector", notices)
     notices += time_notices(windows, applied=mode_used == "hybrid")
-    return SearchOutcome(results=hydrate(conn, rows), mode_used=mode_used, notices=notices)
+    results = hydrate(conn, rows)
+    if mode_used == "hybrid" and rerank_candidates > 0:
+        return SearchOutcome(results[:req.k], mode_used, notices, candidates=results)
+    return SearchOutcome(results=results, mode_used=mode_used, notices=notices)
 
 
 _MEMORY_NAMES = tuple(c.name for c in memories.c)
