@@ -628,17 +628,6 @@ def review_list(cfg: Config, as_json: bool, status: str, limit: int) -> None:
     statusview.print_proposals(result["proposals"])
 
 
-def _memory(cfg: Config, memory_id: str) -> dict[str, Any] | None:
-    from memoryd.service.client import Client, ClientError
-
-    try:
-        with Client(cfg.resolved_socket()) as client:
-            got: dict[str, Any] = client.call("memory.get", {"id": memory_id})
-            return got
-    except ClientError:
-        return None
-
-
 @review.command("show")
 @client_options
 @click.argument("proposal_id")
@@ -649,18 +638,10 @@ def review_show(cfg: Config, as_json: bool, proposal_id: str) -> None:
     Example:
       memoryd review show prp_01JD3Z8W6KQ2V7N4X9R5T1Y0AB
     """
-    found = None
-    for status in ("open", "approved", "rejected", "stale"):
-        listed = _call(cfg, "review.list", {"status": status, "limit": 1000}, admin=True)["proposals"]
-        found = next((p for p in listed if p["id"] == proposal_id), None)
-        if found:
-            break
-    if found is None:
-        click.echo(f"Error: no proposal {proposal_id}; see `memoryd review list`", err=True)
-        sys.exit(EXIT_ERROR)
-    rows = {mid: _memory(cfg, mid) for mid in found["memory_ids"]}
+    got = _call(cfg, "review.get", {"id": proposal_id}, admin=True)
+    found, rows = got["proposal"], got["memories"]
     if as_json:
-        _print_json({"proposal": found, "memories": rows})
+        _print_json(got)
         return
     from memoryd import statusview
 

@@ -122,6 +122,7 @@ class Config:
     prune_interval_s: float = _key(3600.0, "How often finished jobs and expired idempotency keys are pruned.")
     governor_enabled: bool = _key(True, "Follow the machine's load; false keeps the state idle always.")
     governor_interval_s: float = _key(5.0, "Seconds between governor readings.")
+    metrics_interval_s: float = _key(10.0, "Seconds between metrics.series readings (console charts).")
     governor_busy_cpu_percent: float = _key(50.0, "Others' CPU % (all cores) that means busy.")
     governor_idle_cpu_percent: float = _key(30.0, "Others' CPU % below which busy turns idle again.")
     governor_busy_load_per_cpu: float = _key(1.5, "1-minute load average per core that means busy.")
@@ -201,7 +202,8 @@ class Config:
                 raise _range_error(name, "at least 1", getattr(self, name))
         for name in ("job_lease_s", "backoff_base_s", "backoff_max_s", "tick_interval_s", "busy_timeout_ms",
                      "decay_half_life_days", "decay_interval_s", "retention_interval_s", "session_ttl_s",
-                     "archive_window_s", "governor_interval_s", "model_idle_s", "model_timeout_s",
+                     "archive_window_s", "governor_interval_s", "metrics_interval_s", "model_idle_s",
+                     "model_timeout_s",
                      "llm_timeout_s", "prune_interval_s", "done_retention_s"):
             if getattr(self, name) <= 0:
                 raise _range_error(name, "positive", getattr(self, name))

@@ -57,7 +57,7 @@ def test_admin_socket_flag_moves_the_operator_socket_for_daemon_and_cli(
 
 #: Every operator-only method (docs/security.md's agent row names them all).
 OPERATOR_ONLY = ("queue.list", "queue.retry", "review.list", "review.decide", "audit.verify",
-                 "memory.export", "project.adopt")
+                 "memory.export", "project.adopt", "review.get", "metrics.series")
 
 
 def test_every_operator_only_method_is_unknown_on_the_agent_socket(daemon: DaemonHandle) -> None:

@@ -20,6 +20,7 @@ from memoryd import __version__, privatefs
 from memoryd.clock import utcnow
 from memoryd.config import Config
 from memoryd.daemon import cluster, schedules, systemd
+from memoryd.daemon import metrics as metrics_mod
 from memoryd.daemon import status as status_mod
 from memoryd.daemon.governor import IDLE, Governor, HostProbe, Thresholds
 from memoryd.daemon.lock import DataDirLock
@@ -123,6 +124,7 @@ class Daemon:
         self.governor: Governor | None = None
         self.servers: list[SocketServer] = []
         self.listener: Stoppable | None = None
+        self.metrics = metrics_mod.MetricsSeries(cfg.metrics_interval_s)
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT; return the process exit code."""
@@ -210,7 +212,8 @@ class Daemon:
                                seconds=self.cfg.tick_interval_s, id="capture.spool", coalesce=True,
                                max_instances=1)
         dispatcher = Dispatcher(self.cfg, engine, self.committer, self.status,
-                                embedder=self.embedder)
+                                embedder=self.embedder, metrics=self.metrics.result)
+        self._start_metrics(dispatcher)
         agent_path = self.cfg.resolved_socket()
         admin_path = self.cfg.admin_socket()
         inherited = systemd.inherited_sockets()
@@ -258,6 +261,33 @@ class Daemon:
             except Exception as exc:  # a store gone away must not stop the shutdown
                 log.warning("cluster.leave_failed", error=str(exc))
             self.engine.dispose()
+
+    def _start_metrics(self, dispatcher: Dispatcher) -> None:
+        """Feed metrics.series a reading now (the baseline) and every ``metrics_interval_s``."""
+        assert self.engine is not None and self.scheduler is not None
+        assert self.runner is not None and self.committer is not None
+        engine, runner, committer = self.engine, self.runner, self.committer
+
+        def queues() -> dict[str, dict[str, Any]]:
+            with read_only(engine) as conn:
+                return jobq.stats(conn, now=time.time())
+
+        def passes() -> dict[str, dict[str, Any]]:
+            return {name: st.as_dict() for name, st in runner.stats.items()}
+
+        sampler = metrics_mod.Sampler(self.metrics, clock=time.time, queues=queues, passes=passes,
+                                      writes=lambda: committer.units,
+                                      searches=lambda: dispatcher.searches)
+
+        def sample() -> None:
+            try:
+                sampler.sample()
+            except Exception as exc:  # a locked store skips a point; the chart shows the gap
+                log.warning("metrics.sample_failed", error=repr(exc))
+
+        sample()
+        self.scheduler.add_job(sample, "interval", seconds=self.cfg.metrics_interval_s,
+                               id="metrics.sample", coalesce=True, max_instances=1)
 
     def _start_watchdog(self, loop: asyncio.AbstractEventLoop) -> None:
         """Ping systemd's watchdog from the event loop, so a hung loop gets restarted."""

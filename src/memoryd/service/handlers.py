@@ -65,12 +65,17 @@ class Dispatcher:
     """Routes requests to handlers; reads run on a thread pool, writes go to group commit."""
 
     def __init__(self, cfg: Config, engine: Engine, committer: GroupCommitter,
-                 status: Callable[[], dict[str, Any]], embedder: EmbedderAPI):
+                 status: Callable[[], dict[str, Any]], embedder: EmbedderAPI,
+                 metrics: Callable[[str], dict[str, Any]] | None = None):
         self.cfg = cfg
         self.engine = engine
         self.committer = committer
         self.status_provider = status
         self.embedder = embedder
+        #: metrics.series' answer for a window (daemon/metrics.py); None: no history kept.
+        self.metrics_provider = metrics
+        #: Searches answered since start (a cumulative counter metrics.series turns into a rate).
+        self.searches = 0
         self.readers = ThreadPoolExecutor(cfg.read_threads, thread_name_prefix="memoryd-read")
         #: The optional reranker (search_reranker; None when off), run from the read threads.
         self.rerank = stage_for(cfg.search_reranker, cfg.search_rerank_budget_ms,
@@ -95,6 +100,8 @@ class Dispatcher:
             "queue.retry": self.queue_retry,
             "review.list": self.review_list,
             "review.decide": self.review_decide,
+            "review.get": self.review_get,
+            "metrics.series": self.metrics_series,
             "audit.verify": self.audit_verify,
             "memory.export": self.memory_export,
             "project.adopt": self.project_adopt,
@@ -198,6 +205,7 @@ class Dispatcher:
                 raise
             raise store_error(exc) from exc
         self.committer.note_access([r["id"] for r in result["results"]])
+        self.searches += 1
         return result
 
     def _search_sync(self, req: search.SearchRequest, now: datetime,
@@ -367,6 +375,33 @@ class Dispatcher:
 
         return await self._read(run)
 
+    async def review_get(self, params: dict[str, Any], peer: Peer) -> Any:
+        """One proposal by id (any status), with the memories it names as memory.get shows
+        them (null for an id that no longer exists)."""
+        validation.check_known(params, {"id"})
+        proposal_id = validation.opt_str(params, "id", 64)
+        if proposal_id is None:
+            raise InvalidParams("id", "is required")
+
+        def run() -> Any:
+            with read_only(self.engine) as conn:
+                row = proposals.get(conn, proposal_id)
+                if row is None:
+                    raise NotFound(f"no proposal with id {proposal_id!r}; see `memoryd review list`",
+                                   data={"field": "id"})
+                found = proposals.to_public(row)
+                named = list(found["memory_ids"])
+                # A supersede proposal's payload names its old and new rows; list them too.
+                for key in ("old_id", "new_id"):
+                    value = (found["payload"] or {}).get(key)
+                    if isinstance(value, str) and value not in named:
+                        named.append(value)
+                rows = {mid: mem.get_row(conn, mid) if is_memory_id(mid) else None for mid in named}
+            return {"proposal": found,
+                    "memories": {mid: None if r is None else mem.to_public(r) for mid, r in rows.items()}}
+
+        return await self._read(run)
+
     async def review_decide(self, params: dict[str, Any], peer: Peer) -> Any:
         validation.check_known(params, {"id", "decision", "note"})
         proposal_id = validation.opt_str(params, "id", 64)
@@ -418,6 +453,15 @@ class Dispatcher:
             if out["done"]:
                 break
         return {"from": old, "to": new, **totals}
+
+    # -- metrics.series (operator socket) ---------------------------------------------
+    async def metrics_series(self, params: dict[str, Any], peer: Peer) -> Any:
+        """The daemon's recent history: ``window`` hour (fine points) or day (coarse points)."""
+        validation.check_known(params, {"window"})
+        window = validation._enum(params, "window", ("hour", "day"), "hour") or "hour"
+        if self.metrics_provider is None:
+            return {"window": window, "interval_s": None, "capacity": 0, "points": []}
+        return self.metrics_provider(window)
 
     # -- daemon.* ---------------------------------------------------------------
     async def ping(self, params: dict[str, Any], peer: Peer) -> Any:

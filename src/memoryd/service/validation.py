@@ -456,7 +456,8 @@ def _restore_links(value: Any) -> tuple[tuple[str, str, str, str | None], ...]:
     return tuple(out)
 
 
-LIST_PARAMS = {"scope", "kind", "status", "limit", "cursor", *OWNER_FIELDS}
+LIST_PARAMS = {"scope", "kind", "status", "limit", "cursor", "recorded_after", "recorded_before",
+               *OWNER_FIELDS}
 EXPORT_PARAMS = {"scope", "kind", "status", "limit", "cursor", "with_vectors", *OWNER_FIELDS}
 
 
@@ -489,6 +490,8 @@ def parse_list(params: Mapping[str, Any], cfg: Config) -> ListRequest:
         statuses=_statuses(params, STATUSES, ("active",)),
         limit=int_param(params, "limit", 50, 1, 1000),
         cursor=_cursor(params),
+        recorded_after=opt_time(params, "recorded_after"),
+        recorded_before=opt_time(params, "recorded_before"),
     )
 
 

@@ -58,6 +58,9 @@ class ListRequest:
     statuses: tuple[str, ...] = ("active",)
     limit: int = 50
     cursor: str | None = None
+    #: Recorded at or after / strictly before these RFC 3339 times (the console's time filter).
+    recorded_after: str | None = None
+    recorded_before: str | None = None
 
 
 def list_memories(conn: Connection, req: ListRequest, now: str) -> dict[str, Any]:
@@ -72,6 +75,10 @@ def list_memories(conn: Connection, req: ListRequest, now: str) -> dict[str, Any
     ]
     if req.kind:
         conds.append(memories.c.kind == req.kind)
+    if req.recorded_after:
+        conds.append(memories.c.recorded_at >= req.recorded_after)
+    if req.recorded_before:
+        conds.append(memories.c.recorded_at < req.recorded_before)
     if req.cursor:
         recorded_at, seq = decode_cursor("list", req.cursor, 2)
         if not isinstance(recorded_at, str) or not isinstance(seq, int):
