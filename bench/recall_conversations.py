@@ -18,7 +18,11 @@ Figures, per half, per mode, per question type and overall:
   (a multi-hop question with three evidence turns and two found scores 2/3);
 - MRR@10: 1 / rank of the first evidence turn in the top 10, 0 if none;
 - session hit@10: 1 if a top-10 turn belongs to a session that holds an
-  evidence turn;
+  evidence turn (the figure issue 23 calls "session recall@10", 0.939 held-out);
+- session recall@10: the share of the question's evidence sessions that a top-10
+  turn belongs to (peers' session-level recall: a question whose evidence spans two
+  sessions and whose top 10 reaches one scores 1/2);
+- ms per query, per mode: each search's round trip over the socket (median, p95);
 - for ``changed`` questions, stale-first@10: the share whose top 10 ranks a
   superseded statement (``stale_evidence``) above every current one.
 
@@ -120,6 +124,7 @@ def score(ranked: Sequence[str], q: dict[str, Any], session_of: dict[str, str]) 
         "recall@5": len(gold & top5) / len(gold), "recall@10": len(gold & top10) / len(gold),
         "mrr@10": 1.0 / first if first else 0.0,
         "session_hit@10": float(any(session_of[t] in gold_sessions for t in ranked[:K])),
+        "session_recall@10": len(gold_sessions & {session_of[t] for t in ranked[:K]}) / len(gold_sessions),
     }
     if q["type"] == "changed":
         stale = set(q["stale_evidence"])
@@ -128,7 +133,7 @@ def score(ranked: Sequence[str], q: dict[str, Any], session_of: dict[str, str]) 
     return out
 
 
-FIGURES = ("hit@5", "hit@10", "recall@5", "recall@10", "mrr@10", "session_hit@10")
+FIGURES = ("hit@5", "hit@10", "recall@5", "recall@10", "mrr@10", "session_hit@10", "session_recall@10")
 
 
 def mean(rows: Sequence[dict[str, float]], key: str) -> float:
@@ -167,11 +172,32 @@ def print_tables(summary: dict[str, Any]) -> None:
         h.print_table(f"Conversations, {half} half (k=10; recall@k = share of evidence turns in the top k, "
                       "hit@k = any evidence turn in the top k)",
                       ["mode", "type", "n", "hit@5", "hit@10", "recall@5", "recall@10", "MRR@10",
-                       "session hit@10", "stale first"], rows, digits=3)
+                       "session hit@10", "session recall@10", "stale first"], rows, digits=3)
         best_leg = max(summary[half][m]["all"]["hit@10"] for m in ("lexical", "vector"))
         hybrid = summary[half]["hybrid"]["all"]["hit@10"]
         print(f"  hybrid hit@10 {hybrid:.3f} vs best single leg {best_leg:.3f}: "
               f"{'ahead' if hybrid > best_leg else 'not ahead'}")
+
+
+def print_peer_table(summary: dict[str, Any], ms: dict[str, list[float]]) -> None:
+    """The held-out half as peers report recall: turn recall@5/@10 and session recall@10 by
+    question category, with ms per query (docs/operations.md quotes this table)."""
+    rows = []
+    for name in ("all", *TYPES):
+        c = summary["held-out"]["hybrid"][name]
+        rows.append([name, int(c["n"]), c["recall@5"], c["recall@10"], c["session_recall@10"],
+                     c["session_hit@10"]])
+    h.print_table("Held-out half, hybrid, as peers report it (turn-level evidence recall; session-level "
+                  "recall@10 = share of evidence sessions reached by the top 10)",
+                  ["category", "n", "turn R@5", "turn R@10", "session R@10", "session hit@10"], rows,
+                  digits=3)
+    print("  ms per query (socket round trip, k=10): " + ", ".join(
+        f"{mode} p50 {percentile(v, 50):.1f} p95 {percentile(v, 95):.1f}" for mode, v in ms.items()))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))] if ordered else float("nan")
 
 
 def source_state() -> str:
@@ -234,14 +260,17 @@ def main(quick: bool, keep: bool, reuse: Path | None = None, sweep: bool = False
 
         ranked: dict[str, dict[str, list[str]]] = {}
         per_question: dict[str, dict[str, dict[str, float]]] = {}
+        ms: dict[str, list[float]] = {mode: [] for mode in MODES}
         t1 = time.perf_counter()
         with daemon.client() as client:
             for q in questions:
                 ranked[q["id"]], per_question[q["id"]] = {}, {}
                 for mode in MODES:
+                    asked = time.perf_counter()
                     res = client.call("memory.search", {"query": q["question"], "mode": mode, "k": K,
                                                         "project": reader[q["id"]],
                                                         "time_ref": asked_at[q["id"]]})
+                    ms[mode].append((time.perf_counter() - asked) * 1000)
                     if res["mode_used"] != mode:
                         raise SystemExit(f"{q['id']}: asked {mode}, answered {res['mode_used']}: "
                                          f"{res['notices']}")
@@ -262,10 +291,13 @@ def main(quick: bool, keep: bool, reuse: Path | None = None, sweep: bool = False
 
     summary = summarise(per_question, questions)
     print_tables(summary)
+    print_peer_table(summary, ms)
     h.save("recall_conversations", {
         "source": source_state(), "n_dialogues": len(dialogues), "n_turns": n_turns,
         "n_questions": {half: sum(q["half"] == half for q in questions) for half in HALVES},
         "timings_s": {"write": written_s, "embedded": embedded_s, "search": search_s},
+        "ms_per_query": {mode: {"p50": percentile(v, 50), "p95": percentile(v, 95)}
+                         for mode, v in ms.items()},
         "summary": summary, "sweep": variants,
         "questions": {q["id"]: {"half": q["half"], "type": q["type"], "evidence": q["evidence"],
                                 "top10": ranked[q["id"]], "figures": per_question[q["id"]]}
