@@ -18,6 +18,15 @@ $(BIN)/python:
 # does not key on CMAKE_ARGS, so a native wheel built once on this machine
 # would otherwise be reused silently.
 LLAMA_VERSION := 0.3.36
+# hnswlib (the ANN graphs beside a SQLite store) compiles with -march=native unless
+# HNSWLIB_NO_NATIVE is set: the same trap. It is built here with AVX2/FMA named
+# explicitly (its distance kernels pick AVX from the compiler's flags), no wheel cache.
+ifeq ($(shell uname -m),x86_64)
+HNSWLIB_CFLAGS := -mavx2 -mfma -mf16c
+else
+HNSWLIB_CFLAGS :=
+endif
+
 ifeq ($(shell uname -m),x86_64)
 LLAMA_CMAKE   := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_OPENMP=ON
 else
@@ -41,6 +50,8 @@ $(WHEELHOUSE)/.built: | $(BIN)/python
 $(VENV)/.installed: pyproject.toml $(WHEELHOUSE)/.built | $(BIN)/python
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet --no-deps --force-reinstall $(WHEELHOUSE)/llama_cpp_python-*.whl
+	HNSWLIB_NO_NATIVE=1 CFLAGS="$(HNSWLIB_CFLAGS)" $(PIP) install --quiet --no-cache-dir --no-deps \
+		--no-binary hnswlib "hnswlib==0.8.0"
 	$(PIP) install --quiet -e .
 	$(BIN)/python -m memoryd.models.buildcheck
 	touch $@

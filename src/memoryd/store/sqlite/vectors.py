@@ -33,6 +33,7 @@ import structlog
 from sqlalchemy import Connection, Engine, insert, text
 
 from memoryd.store.schema import memory_vectors
+from memoryd.store.sqlite import ann_set
 
 log = structlog.get_logger(__name__)
 
@@ -102,8 +103,17 @@ def knn(conn: Connection, query: np.ndarray, *, k: int, scope_keys: Sequence[str
     keys = list(dict.fromkeys(scope_keys))
     if not keys or k <= 0:
         return []
-    sql, params = knn_query(query, k=min(k, MAX_KNN), scope_keys=keys, statuses=statuses, kind=kind)
-    return [(int(seq), float(d)) for seq, d in conn.exec_driver_sql(sql, params).all()]
+
+    def exact(some_keys: Sequence[str], n: int) -> list[tuple[int, float]]:
+        sql, params = knn_query(query, k=min(n, MAX_KNN), scope_keys=some_keys, statuses=statuses, kind=kind)
+        return [(int(seq), float(d)) for seq, d in conn.exec_driver_sql(sql, params).all()]
+
+    # A daemon keeps HNSW graphs for its large owners (store/sqlite/ann_set.py); they answer
+    # for those owners and this scan for the rest.
+    ann = ann_set.attached(conn.engine)
+    if ann is not None:
+        return ann.knn(conn, query, k=k, scope_keys=keys, statuses=statuses, kind=kind, exact=exact)
+    return exact(keys, k)
 
 
 def knn_query(query: np.ndarray, *, k: int, scope_keys: Sequence[str], statuses: Sequence[str],

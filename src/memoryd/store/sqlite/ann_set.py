@@ -1,0 +1,470 @@
+"""The ANN indexes beside a SQLite store: one HNSW graph per large owner, kept in step by a log.
+
+The store of record is the database: ``memory_vec`` (sqlite-vec) holds every
+vector, and exact KNN over it answers any search. At a million memories that
+scan costs 270 ms, so an owner (a ``vector_owners`` id: one scope and owner
+pair) with at least ``min_rows`` vectors also gets an HNSW graph
+(store/sqlite/ann.py). A search asks each visible large owner's graph for its
+nearest rows, with status and kind applied inside the graph walk, and the
+small owners' rows exactly, as before; the lists are merged by distance. Owner
+filtering is therefore never a filter over a global top-k: a graph only holds
+its owner's rows.
+
+The four rules of DESIGN.md's "Indexes beside the store of record":
+
+* **Rebuildable.** The graphs are files under ``<data dir>/index/vectors/``,
+  named in ``manifest.json``; deleting the folder (or ``memoryd store
+  reindex``) rebuilds them from the store.
+* **Crash-consistent.** Triggers (:data:`LOG_DDL`) append the ``seq`` of every
+  memory whose vector, status, kind or owner changes to ``vector_index_log``,
+  in the writer's transaction. The manifest records the last log id its files
+  hold; at start the daemon applies the log from there, making the graph match
+  the store for each named memory (applying one twice changes nothing). Files
+  are written under a new generation name and the manifest is replaced
+  atomically after them, so a kill -9 at any point leaves the previous
+  consistent set or the new one. The log is trimmed only up to what the
+  manifest holds.
+* **Erased.** A forgotten vector's log entry makes the graph overwrite its
+  floats with zeros and delete it; the same bytes in the saved file are
+  zeroed in place (fsync'd) in that step, and superseded generations are
+  unlinked after each save.
+* **Scoped inside.** As above: one graph per owner, status and kind filtered
+  in the walk; a graph that finds fewer rows than asked (a rare kind) hands
+  that owner to the exact scan.
+
+PostgreSQL needs none of this: pgvector's HNSW index lives in the database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import structlog
+from sqlalchemy import Connection, Engine
+
+from memoryd.privatefs import make_dirs, open_private
+from memoryd.store.sqlite.ann import OwnerIndex
+
+log = structlog.get_logger(__name__)
+
+FORMAT = 1
+#: The daemon's log triggers, created at start (idempotent) on every SQLite store it opens.
+LOG_DDL = [
+    "CREATE TABLE IF NOT EXISTS vector_index_log (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+    "memory_seq INTEGER NOT NULL)",
+    "CREATE TRIGGER IF NOT EXISTS vector_index_log_vi AFTER INSERT ON memory_vectors_meta BEGIN "
+    "INSERT INTO vector_index_log (memory_seq) VALUES (new.memory_seq); END",
+    "CREATE TRIGGER IF NOT EXISTS vector_index_log_vd AFTER DELETE ON memory_vectors_meta BEGIN "
+    "INSERT INTO vector_index_log (memory_seq) VALUES (old.memory_seq); END",
+    "CREATE TRIGGER IF NOT EXISTS vector_index_log_mu AFTER UPDATE OF status, kind, scope, owner "
+    "ON memories WHEN (new.status IS NOT old.status OR new.kind IS NOT old.kind "
+    "OR new.scope IS NOT old.scope OR new.owner IS NOT old.owner) "
+    "AND EXISTS (SELECT 1 FROM memory_vectors_meta WHERE memory_seq = new.seq) BEGIN "
+    "INSERT INTO vector_index_log (memory_seq) VALUES (new.seq); END",
+]
+#: Log entries read per step of a catch-up.
+LOG_PAGE = 2000
+#: Vectors added to a graph per call while building (each call releases the GIL).
+BUILD_CHUNK = 5000
+
+Exact = Callable[[Sequence[str], int], list[tuple[int, float]]]
+
+
+def ensure_log(conn: Connection) -> None:
+    """Create the change log and its triggers if this store has none yet."""
+    for statement in LOG_DDL:
+        conn.exec_driver_sql(statement)
+
+
+class Codes:
+    """Small integer codes for status and kind strings (arrays of uint8 index them)."""
+
+    def __init__(self) -> None:
+        self._codes: dict[str, int] = {}
+
+    def code(self, name: str | None) -> int:
+        key = name or ""
+        found = self._codes.get(key)
+        if found is None:
+            if len(self._codes) >= 255:
+                raise ValueError("more than 255 distinct values for an ANN filter column")
+            found = self._codes[key] = len(self._codes) + 1
+        return found
+
+    def known(self, name: str | None) -> int | None:
+        return self._codes.get(name or "")
+
+
+class AnnSet:
+    """Every large owner's graph for one SQLite store, and what keeps them in step with it."""
+
+    def __init__(self, engine: Engine, directory: Path, *, min_rows: int = 20000, ef: int = 256,
+                 threads: int = 2, save_every: int = 20000, buckets: int = 16):
+        self.engine = engine
+        self.buckets = buckets  # memory_vec's partitions (store/sqlite/vectors.py BUCKETS)
+        self.dir = directory
+        self.min_rows = min_rows
+        self.ef = ef
+        self.threads = threads
+        self.save_every = save_every
+        self._lock = threading.RLock()
+        self.indexes: dict[int, OwnerIndex] = {}
+        self.owner_of = np.full(0, -1, dtype=np.int32)
+        self.status_code = np.zeros(0, dtype=np.uint8)
+        self.kind_code = np.zeros(0, dtype=np.uint8)
+        self.counts: Counter[int] = Counter()
+        self.statuses = Codes()
+        self.kinds = Codes()
+        self.dim: int | None = None
+        self.model: str | None = None
+        self.applied = 0  # last log id applied to the arrays and every graph in ``indexes``
+        self.saved_log_id = 0  # what the manifest on disk holds
+        self.generation = 0
+        self.ready = threading.Event()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.build_seconds: dict[int, float] = {}
+        self.error: str | None = None
+
+    # -- life --------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Create the log (now, before any write) and open or build the graphs on a thread."""
+        with self.engine.begin() as conn:
+            ensure_log(conn)
+        self._thread = threading.Thread(target=self._run, name="memoryd-ann", daemon=True)
+        self._thread.start()
+
+    def wakeup(self) -> None:
+        """Something was committed: apply the log soon."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Apply what is left, save the graphs and stop the thread."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            self.open()
+            while not self._stop.is_set():
+                self._wake.wait(timeout=1.0)
+                self._wake.clear()
+                self.catch_up()
+                self._build_grown()
+                if self.applied - self.saved_log_id >= self.save_every:
+                    self.save()
+            self.catch_up()
+            self.save()
+        except Exception as exc:  # the exact scan answers every search meanwhile
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.exception("ann.failed", error=self.error)
+            with self._lock:
+                self.indexes.clear()
+
+    def open(self) -> None:
+        """Load the saved graphs that still fit the store, scan the store's vectors, catch up,
+        and build the graphs of large owners that have none."""
+        t0 = time.perf_counter()
+        with self.engine.connect() as conn, conn.begin():
+            self.dim, self.model = _settings(conn)
+            last = _last_log_id(conn)
+            self._scan(conn)
+        manifest = self._read_manifest()
+        loaded = self._load(manifest) if manifest is not None else {}
+        n_loaded = len(loaded)
+        with self._lock:
+            self.indexes = loaded
+            self.applied = int(manifest["log_id"]) if loaded and manifest is not None else last
+            self.saved_log_id = self.applied if loaded else 0
+            if manifest is not None:
+                self.generation = int(manifest.get("generation", 0))
+        self.catch_up()
+        self._build_grown()
+        self.save()
+        self.ready.set()
+        log.info("ann.open", ms=round((time.perf_counter() - t0) * 1000, 1), graphs=len(self.indexes),
+                 vectors=int(sum(self.counts.values())), loaded=n_loaded)
+
+    # -- the log -----------------------------------------------------------------------------
+    def catch_up(self) -> int:
+        """Apply every log entry after ``applied``; return how many memories were looked at."""
+        done = 0
+        with self._lock:
+            while True:
+                with self.engine.connect() as conn, conn.begin():
+                    rows = conn.exec_driver_sql(
+                        "SELECT id, memory_seq FROM vector_index_log WHERE id > ? ORDER BY id LIMIT ?",
+                        (self.applied, LOG_PAGE)).all()
+                    if not rows:
+                        return done
+                    seqs = list(dict.fromkeys(int(r[1]) for r in rows))
+                    self._apply(conn, seqs, self.indexes)
+                self.applied = int(rows[-1][0])
+                done += len(seqs)
+
+    def _apply(self, conn: Connection, seqs: Iterable[int], graphs: dict[int, OwnerIndex]) -> None:
+        """Make the arrays and ``graphs`` match the store for each memory in ``seqs``.
+
+        Decided from the store's current row alone (never from what the arrays
+        last said), so replaying an entry, or replaying onto a graph loaded from an
+        older file or built from an older snapshot, gives the same result.
+        """
+        for seq in seqs:
+            row = conn.exec_driver_sql(
+                "SELECT owner_id, status, kind, embedding FROM memory_vec WHERE memory_seq = ?",
+                (seq,)).first()
+            owner = int(row[0]) if row is not None else -1
+            for graph_owner, graph in graphs.items():
+                if graph_owner != owner and graph.contains(seq):
+                    graph.erase(seq)
+            self._grow(seq)
+            prev = int(self.owner_of[seq])
+            if prev != owner:
+                if prev >= 0:
+                    self.counts[prev] -= 1
+                if owner >= 0:
+                    self.counts[owner] += 1
+                self.owner_of[seq] = owner
+            if row is None:
+                continue
+            self.status_code[seq] = self.statuses.code(row[1])
+            self.kind_code[seq] = self.kinds.code(row[2])
+            target = graphs.get(owner)
+            if target is not None:
+                vec = np.frombuffer(row[3], dtype="<f4")
+                if not target.contains(seq) or not _same(target, seq, vec):
+                    target.add([seq], vec.reshape(1, -1))
+
+    def _grow(self, seq: int) -> None:
+        if seq < len(self.owner_of):
+            return
+        size = max(1024, int((seq + 1) * 1.5))
+        self.owner_of = _resized(self.owner_of, size, -1)
+        self.status_code = _resized(self.status_code, size, 0)
+        self.kind_code = _resized(self.kind_code, size, 0)
+
+    def _scan(self, conn: Connection) -> None:
+        """Every stored vector's owner, status and kind (from the tables, not the vec0 scan)."""
+        rows = conn.exec_driver_sql(
+            "SELECT mm.memory_seq, o.id, m.status, m.kind FROM memory_vectors_meta mm "
+            "JOIN memories m ON m.seq = mm.memory_seq "
+            "JOIN vector_owners o ON o.scope_key = m.scope || ':' || m.owner").all()
+        top = max((int(r[0]) for r in rows), default=0)
+        self.owner_of = np.full(0, -1, dtype=np.int32)
+        self.status_code = np.zeros(0, dtype=np.uint8)
+        self.kind_code = np.zeros(0, dtype=np.uint8)
+        self._grow(top)
+        self.counts = Counter()
+        for seq, owner, status, kind in rows:
+            self.owner_of[seq] = owner
+            self.status_code[seq] = self.statuses.code(status)
+            self.kind_code[seq] = self.kinds.code(kind)
+            self.counts[int(owner)] += 1
+
+    # -- building ----------------------------------------------------------------------------
+    def _build_grown(self) -> None:
+        """Build a graph for each owner that reached ``min_rows`` and has none."""
+        if self.dim is None:
+            with self.engine.connect() as conn:
+                self.dim, self.model = _settings(conn)
+        for owner, count in sorted(self.counts.items(), key=lambda kv: -kv[1]):
+            if count >= self.min_rows and owner not in self.indexes and not self._stop.is_set():
+                self.build(owner)
+
+    def build(self, owner: int) -> OwnerIndex:
+        """Build ``owner``'s graph from the store (the lock is not held meanwhile: searches use the
+        exact scan for it), then apply what the log gained while it was built, and install it."""
+        assert self.dim is not None
+        t0 = time.perf_counter()
+        graph = OwnerIndex(owner, self.dim)
+        with self.engine.connect() as conn, conn.begin():  # one snapshot: the vectors and the log id
+            since = _last_log_id(conn)
+            # vec0's own scan of the owner's partition, its owner_id filtered as it goes.
+            result = conn.exec_driver_sql(
+                "SELECT memory_seq, embedding FROM memory_vec WHERE bucket = ? AND owner_id = ?",
+                (owner % self.buckets, owner))
+            while chunk := result.fetchmany(BUILD_CHUNK):
+                labels = [int(r[0]) for r in chunk]
+                vecs = np.frombuffer(b"".join(r[1] for r in chunk), dtype="<f4").reshape(len(chunk), -1)
+                graph.add(labels, vecs, threads=self.threads)
+        with self._lock:
+            # Entries after the snapshot, up to what the other graphs hold, for this graph alone.
+            with self.engine.connect() as conn, conn.begin():
+                rows = conn.exec_driver_sql(
+                    "SELECT DISTINCT memory_seq FROM vector_index_log WHERE id > ? AND id <= ?",
+                    (since, self.applied)).all()
+                self._apply(conn, [int(r[0]) for r in rows], {owner: graph})
+            self.indexes[owner] = graph
+        self.build_seconds[owner] = time.perf_counter() - t0
+        log.info("ann.built", owner_id=owner, vectors=int(graph.index.element_count),
+                 s=round(self.build_seconds[owner], 1))
+        return graph
+
+    # -- search ------------------------------------------------------------------------------
+    def knn(self, conn: Connection, query: np.ndarray, *, k: int, scope_keys: Sequence[str],
+            statuses: Sequence[str], kind: str | None, exact: Exact) -> list[tuple[int, float]]:
+        """The ``k`` nearest visible rows: each large owner's graph, the rest by ``exact``."""
+        if not self.ready.is_set() or not self.indexes:
+            return exact(scope_keys, k)
+        if self._lock.acquire(blocking=False):  # never wait on a build or a save
+            try:
+                if _last_log_id(conn) > self.applied:
+                    self.catch_up()
+            finally:
+                self._lock.release()
+        marks = ", ".join("?" * len(scope_keys))
+        owners = conn.exec_driver_sql(
+            f"SELECT id, scope_key FROM vector_owners WHERE scope_key IN ({marks})", tuple(scope_keys)).all()
+        graphs = self.indexes
+        by_graph = {int(o): key for o, key in owners if int(o) in graphs}
+        rest = [key for key in scope_keys if key not in by_graph.values()]
+        allowed = self._filter(statuses, kind)
+        hits: list[tuple[int, float]] = []
+        for owner, key in by_graph.items():
+            found = graphs[owner].search(query, k, self.ef, allowed)
+            if len(found) < min(k, self.counts.get(owner, 0)):
+                rest.append(key)  # the graph could not fill k under the filter: scan it exactly
+            else:
+                hits += found
+        if rest:
+            hits += exact(rest, k)
+        hits.sort(key=lambda h: h[1])
+        return hits[:k]
+
+    def _filter(self, statuses: Sequence[str], kind: str | None) -> Callable[[int], bool] | None:
+        ok = np.zeros(256, dtype=bool)
+        for status in statuses:
+            code = self.statuses.known(status)
+            if code is not None:
+                ok[code] = True
+        st, kd = self.status_code, self.kind_code
+        if kind is None:
+            return lambda label: bool(ok[st[label]])
+        want = self.kinds.known(kind)
+        if want is None:
+            return lambda label: False
+        return lambda label: bool(ok[st[label]]) and int(kd[label]) == want
+
+    # -- files -------------------------------------------------------------------------------
+    def save(self) -> None:
+        """Write the changed graphs under a new generation, then the manifest, then trim the log."""
+        with self._lock:
+            if self.saved_log_id == self.applied and not any(g.dirty for g in self.indexes.values()):
+                return
+            make_dirs(self.dir)
+            gen = self.generation + 1
+            files: dict[str, dict[str, Any]] = {}
+            for owner, graph in self.indexes.items():
+                if graph.dirty or graph.path is None:
+                    graph.save(self.dir / f"owner-{owner}.{gen}.hnsw")
+                assert graph.path is not None
+                files[str(owner)] = {"file": graph.path.name, "count": int(graph.index.element_count)}
+            manifest = {"format": FORMAT, "dim": self.dim, "model": self.model, "log_id": self.applied,
+                        "generation": gen, "owners": files}
+            _write_json(self.dir / "manifest.json", manifest)
+            self.generation, self.saved_log_id = gen, self.applied
+            keep = {entry["file"] for entry in files.values()} | {"manifest.json"}
+            for path in self.dir.iterdir():
+                if path.name not in keep:
+                    path.unlink()
+            with self.engine.begin() as conn:
+                conn.exec_driver_sql("DELETE FROM vector_index_log WHERE id <= ?", (self.applied,))
+
+    def _read_manifest(self) -> dict[str, Any] | None:
+        path = self.dir / "manifest.json"
+        try:
+            manifest = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("ann.manifest_unreadable", path=str(path), error=str(exc), fix="rebuilding")
+            return None
+        if (manifest.get("format") != FORMAT or manifest.get("dim") != self.dim
+                or manifest.get("model") != self.model):
+            log.info("ann.manifest_stale", dim=manifest.get("dim"), model=manifest.get("model"))
+            return None
+        return dict(manifest)
+
+    def _load(self, manifest: dict[str, Any]) -> dict[int, OwnerIndex]:
+        assert self.dim is not None
+        out: dict[int, OwnerIndex] = {}
+        for owner, entry in manifest.get("owners", {}).items():
+            try:
+                out[int(owner)] = OwnerIndex.load(int(owner), self.dim, self.dir / entry["file"],
+                                                  spare=max(1024, self.save_every))
+            except (OSError, RuntimeError, ValueError) as exc:
+                log.warning("ann.file_unreadable", owner_id=owner, error=str(exc), fix="rebuilding")
+                return {}
+        return out
+
+    def status(self) -> dict[str, Any]:
+        """What ``memoryd status`` shows of the indexes."""
+        return {"ready": self.ready.is_set(), "graphs": len(self.indexes),
+                "vectors_in_graphs": int(sum(g.index.element_count for g in self.indexes.values())),
+                "log_behind": None, "min_rows": self.min_rows, "error": self.error}
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def _settings(conn: Connection) -> tuple[int | None, str | None]:
+    values: dict[str, str] = {str(k): str(v) for k, v in
+                              conn.exec_driver_sql("SELECT key, value FROM vector_settings").all()}
+    dim = values.get("dim")
+    return (int(dim) if dim is not None else None), values.get("model")
+
+
+def _last_log_id(conn: Connection) -> int:
+    return int(conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM vector_index_log").scalar_one())
+
+
+def _same(graph: OwnerIndex, label: int, vec: np.ndarray) -> bool:
+    stored = np.asarray(graph.index.get_items([label])[0], dtype=np.float32)
+    norm = float(np.linalg.norm(vec))
+    return norm > 0 and bool(np.allclose(stored, vec / norm, atol=1e-6))
+
+
+def _resized(arr: np.ndarray, size: int, fill: int) -> np.ndarray:
+    out = np.full(size, fill, dtype=arr.dtype)
+    out[: len(arr)] = arr
+    return out
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
+    with os.fdopen(fd, "w") as f:
+        json.dump(value, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+_ATTACHED: dict[int, AnnSet] = {}
+
+
+def attach(engine: Engine, ann: AnnSet) -> None:
+    """Make ``engine``'s vector searches use ``ann`` (the daemon does this at start)."""
+    _ATTACHED[id(engine)] = ann
+
+
+def detach(engine: Engine) -> None:
+    _ATTACHED.pop(id(engine), None)
+
+
+def attached(engine: Engine) -> AnnSet | None:
+    return _ATTACHED.get(id(engine))

@@ -1,0 +1,184 @@
+"""The HNSW graphs beside a SQLite store (store/sqlite/ann_set.py): scope inside, in step with
+the store through its log, erased on forget, and rebuilt or caught up after a crash."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine, text
+
+from memoryd.store import vectors
+from memoryd.store.sqlite import ann_set
+from memoryd.store.sqlite import vectors as sqlite_vectors
+from memoryd.store.sqlite.ann_set import AnnSet
+from tests.ann._store import DIM, clustered, make_store
+
+BIG = "agent:big"
+OTHER = "agent:other"
+SMALL = "user:u1"
+MIN_ROWS = 2000
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[tuple[Engine, dict[str, list[int]], np.ndarray, Path]]:
+    engine, seqs, vecs = make_store(tmp_path / "memoryd.db", {BIG: 6000, OTHER: 3000, SMALL: 300})
+    yield engine, seqs, vecs, tmp_path / "index"
+    ann_set.detach(engine)
+    engine.dispose()
+
+
+def opened(engine: Engine, directory: Path) -> AnnSet:
+    ann = AnnSet(engine, directory, min_rows=MIN_ROWS, threads=2, save_every=10**9)
+    ann.open()
+    return ann
+
+
+def seq_list(seqs: list[int]) -> str:
+    return ",".join(str(int(s)) for s in seqs)
+
+
+def exact(engine: Engine, query: np.ndarray, k: int, keys: list[str],
+          statuses: tuple[str, ...] = ("active",), kind: str | None = None) -> list[int]:
+    ann_set.detach(engine)
+    with engine.connect() as conn:
+        hits = sqlite_vectors.knn(conn, query, k=k, scope_keys=keys, statuses=statuses, kind=kind)
+    return [s for s, _ in hits]
+
+
+def approx(engine: Engine, ann: AnnSet, query: np.ndarray, k: int, keys: list[str],
+           statuses: tuple[str, ...] = ("active",), kind: str | None = None) -> list[int]:
+    ann_set.attach(engine, ann)
+    try:
+        with engine.connect() as conn:
+            return [s for s, _ in sqlite_vectors.knn(conn, query, k=k, scope_keys=keys, statuses=statuses,
+                                                     kind=kind)]
+    finally:
+        ann_set.detach(engine)
+
+
+def test_large_owners_get_graphs_and_small_ones_stay_exact(store) -> None:
+    engine, seqs, _, directory = store
+    ann = opened(engine, directory)
+    with engine.connect() as conn:
+        ids = dict(conn.execute(text("SELECT scope_key, id FROM vector_owners")).all())
+    assert set(ann.indexes) == {ids[BIG], ids[OTHER]}
+    assert ann.indexes[ids[BIG]].labels() == set(seqs[BIG])
+    assert (directory / "manifest.json").exists()
+
+
+def test_graph_recall_at_10_against_the_exact_scan(store) -> None:
+    """As the vector leg asks (k=10: its first fetch is 40 rows), on vectors harder than real
+    embeddings (tight random clusters); bench/search.py reports it on real ones."""
+    engine, _, _, directory = store
+    ann = opened(engine, directory)
+    queries = clustered(50, seed=99)
+    keys = [BIG, OTHER, SMALL]
+    overlap = [len(set(approx(engine, ann, q, 40, keys)[:10]) & set(exact(engine, q, 10, keys))) / 10
+               for q in queries]
+    assert np.mean(overlap) >= 0.95, np.mean(overlap)
+
+
+def test_a_reader_gets_k_rows_of_its_own_owner_even_when_another_owner_is_nearer(store) -> None:
+    engine, seqs, vecs, directory = store
+    ann = opened(engine, directory)
+    query = vecs[seqs[OTHER][0] - 1]  # one of OTHER's own vectors: OTHER's rows are nearest
+    got = approx(engine, ann, query, 20, [BIG])
+    assert len(got) == 20 and set(got) <= set(seqs[BIG])
+    assert approx(engine, ann, query, 1, [OTHER]) == [seqs[OTHER][0]]  # positive control
+
+
+def test_status_and_kind_are_applied_inside_the_graph_walk(tmp_path: Path) -> None:
+    engine, seqs, vecs = make_store(tmp_path / "k.db", {BIG: 4000},
+                                    kinds=("fact", "fact", "fact", "decision"))
+    ann = opened(engine, tmp_path / "index")
+    archived = seqs[BIG][::2]
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE memories SET status = 'archived' WHERE seq IN ({seq_list(archived)})"))
+    ann.catch_up()
+    query = vecs[archived[0] - 1]
+    got = approx(engine, ann, query, 30, [BIG])
+    assert len(got) == 30 and not set(got) & set(archived)
+    decisions = approx(engine, ann, query, 30, [BIG], kind="decision")
+    assert len(decisions) == 30
+    assert set(decisions) == set(exact(engine, query, 30, [BIG], kind="decision")) or \
+        len(set(decisions) & set(exact(engine, query, 30, [BIG], kind="decision"))) >= 27
+    with engine.connect() as conn:
+        kinds = {r[0] for r in conn.execute(
+            text(f"SELECT DISTINCT kind FROM memories WHERE seq IN ({seq_list(decisions)})"))}
+    assert kinds == {"decision"}
+    engine.dispose()
+
+
+def index_bytes(directory: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file())
+
+
+def test_a_forgotten_vector_leaves_the_graph_and_every_index_file(store) -> None:
+    engine, seqs, _, directory = store
+    ann = opened(engine, directory)
+    victim = seqs[BIG][123]
+    graph = next(g for g in ann.indexes.values() if g.contains(victim))
+    stored = np.asarray(graph.index.get_items([victim])[0], dtype=np.float32).tobytes()
+    assert stored in index_bytes(directory)  # positive control: the saved file holds it
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE memories SET content = NULL, status = 'forgotten' WHERE seq = :s"),
+                     {"s": victim})
+    ann.catch_up()
+    assert not graph.contains(victim)
+    assert stored not in index_bytes(directory)
+    assert np.asarray(graph.index.get_items([seqs[BIG][124]])[0]).any()  # its neighbour is intact
+    ann.save()
+    assert stored not in index_bytes(directory)
+
+
+def test_restart_after_a_crash_catches_up_from_the_log(store) -> None:
+    """Changes made after the last save (and a save never made: kill -9) are in the graph on
+    the next open, each once, and the forgotten ones are not."""
+    engine, seqs, _, directory = store
+    ann = opened(engine, directory)
+    big = next(o for o, g in ann.indexes.items() if g.contains(seqs[BIG][0]))
+    forgotten = seqs[BIG][:50]
+    with engine.begin() as conn:
+        conn.execute(text(f"DELETE FROM memories WHERE seq IN ({seq_list(forgotten)})"))
+        moved = seqs[OTHER][:10]
+        conn.execute(text("UPDATE memories SET owner = 'big', agent_id = 'big' "
+                          f"WHERE seq IN ({seq_list(moved)})"))
+    del ann  # no save, no catch-up: as if killed
+    again = opened(engine, directory)
+    with engine.connect() as conn:
+        truth = {int(r[0]) for r in conn.execute(text(
+            "SELECT seq FROM memories m JOIN memory_vectors_meta v ON v.memory_seq = m.seq "
+            "WHERE m.scope = 'agent' AND m.owner = 'big'"))}
+    assert again.indexes[big].labels() == truth
+    assert not truth & set(forgotten) and set(moved) <= truth
+    assert again.counts[big] == len(truth)
+
+
+def test_a_torn_manifest_or_graph_file_is_rebuilt_from_the_store(store) -> None:
+    engine, seqs, _, directory = store
+    opened(engine, directory)
+    for path in directory.glob("*.hnsw"):
+        path.write_bytes(path.read_bytes()[:1000])
+    again = opened(engine, directory)
+    assert any(g.labels() == set(seqs[BIG]) for g in again.indexes.values())
+
+
+def test_the_log_is_trimmed_to_what_the_files_hold(store) -> None:
+    engine, _, _, directory = store
+    ann = opened(engine, directory)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM vector_index_log")).scalar_one() == 0
+    assert ann.saved_log_id == ann.applied
+
+
+def test_a_new_dimension_discards_the_saved_graphs(store) -> None:
+    engine, _, _, directory = store
+    opened(engine, directory)
+    with engine.begin() as conn:
+        vectors.rebuild_index(conn, 8, "other-model")
+    again = opened(engine, directory)
+    assert again.indexes == {} and again.dim == 8
+    assert DIM == 384
