@@ -106,5 +106,6 @@ def console_process(console_daemon: DaemonHandle) -> Iterator[ConsoleProcess]:
 def chromium_paths() -> tuple[str, str] | None:
     """Debian's chromium and chromedriver, when installed (nothing is downloaded)."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = "/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else shutil.which("chromedriver")
+    driver = ("/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver")
+              else shutil.which("chromedriver"))
     return (browser, driver) if browser and driver else None
