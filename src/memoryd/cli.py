@@ -719,6 +719,7 @@ from memoryd.cli_data import export_cmd, import_cmd, list_cmd  # noqa: E402
 from memoryd.cli_project import project  # noqa: E402
 from memoryd.cli_reembed import reembed  # noqa: E402
 from memoryd.cli_store import store  # noqa: E402
+from memoryd.console.cli import console as console_cmd  # noqa: E402
 from memoryd.editors.cli_capture import capture  # noqa: E402
 from memoryd.editors.cli_mcp import mcp  # noqa: E402
 
@@ -730,3 +731,4 @@ main.add_command(mcp)
 main.add_command(reembed)
 main.add_command(store)
 main.add_command(project)
+main.add_command(console_cmd)
