@@ -102,6 +102,11 @@ class Config:
     idempotency_ttl_s: float = _key(172800.0, "How long idempotency keys are remembered (at least 24 h).")
     embed_batch_size: int = _key(1024, "Memories claimed per embed-pass batch (encoded sorted by length).")
     embed_encode_batch: int = _key(64, "Texts per model forward pass (a claimed batch is sorted by length).")
+    vector_index: bool = _key(True, "SQLite: keep an HNSW graph beside the store for each owner with "
+                              "vector_index_min_rows vectors or more (false: exact scans only).")
+    vector_index_min_rows: int = _key(20000, "An owner's vectors at which its graph is built (below it the "
+                                      "exact scan costs a few ms).")
+    vector_index_ef: int = _key(256, "HNSW search beam: higher finds more of the exact top-k, slower.")
     classify_margin: float = _key(0.05, "With classify_llm, a lead over the runner-up kind below this goes "
                                   "to the LLM (else the embedding classifier decides alone).")
     classify_llm: bool = _key(False, "Ask the LLM when the classifier's margin is low (for a capable model).")
@@ -152,6 +157,9 @@ class Config:
         200.0, "Longest the reranker may take per search; past it the fused order stands, with a notice.")
     search_rerank_candidates: int = _key(
         40, "Fused candidates (scope-filtered, best first) the reranker reorders; the top k are answered.")
+    search_learned_ranking: bool = _key(
+        True, "Order a hybrid search's fused candidates that hold conversation turns by the learned "
+        "ranking (weights fitted on the tuning half of tests/data/conversations/); false: fused order.")
 
     # -- derived paths ---------------------------------------------------
     def resolved_data_dir(self) -> Path:
@@ -195,7 +203,7 @@ class Config:
             "max_frame_bytes", "max_content_bytes", "max_connections", "max_inflight_per_connection",
             "conn_max_buffered_bytes", "total_max_buffered_bytes",
             "write_queue_max", "write_batch_max", "read_threads", "job_max_attempts", "embed_batch_size",
-            "embed_encode_batch",
+            "embed_encode_batch", "vector_index_min_rows", "vector_index_ef",
         )
         for name in positive:
             if getattr(self, name) < 1:

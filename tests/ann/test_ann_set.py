@@ -148,6 +148,7 @@ def test_restart_after_a_crash_catches_up_from_the_log(store) -> None:
                           f"WHERE seq IN ({seq_list(moved)})"))
     del ann  # no save, no catch-up: as if killed
     again = opened(engine, directory)
+    assert again.loaded_graphs == 2  # caught up from the log, not rebuilt
     with engine.connect() as conn:
         truth = {int(r[0]) for r in conn.execute(text(
             "SELECT seq FROM memories m JOIN memory_vectors_meta v ON v.memory_seq = m.seq "

@@ -40,6 +40,7 @@ from memoryd.store import migrate
 from memoryd.store.backend import Stoppable, backend_for
 from memoryd.store.engine import daemon_engine, is_sqlite, read_only
 from memoryd.store.memories import WriteContext
+from memoryd.store.sqlite.ann_set import AnnSet
 
 log = structlog.get_logger(__name__)
 
@@ -106,6 +107,7 @@ class Daemon:
         #: This data directory's worker identity (lease owner, cluster row), read when the store opens.
         self.node = ""
         self.runner: PassRunner | None = None
+        self.ann: AnnSet | None = None
         self.scheduler: BackgroundScheduler | None = None
         self.worker = ModelWorker(
             ["--embedder", cfg.embedder, "--llm", cfg.llm, "--data-dir", str(self.data_dir),
@@ -153,12 +155,27 @@ class Daemon:
         vectors.check_dimension(engine, model_dimension(self.cfg.embedder), spec_name(self.cfg.embedder),
                                 self.cfg.embedder)
         vectors.reclaim_space(engine)
+        self._open_vector_index(engine)
         self.node = owner = node_id(self.data_dir)
         with engine.begin() as conn:
             released = jobq.release_owner(conn, owner, now=time.time())
         log.info("store.opened", url=status_mod.db_info(engine)["url"], revision=revision,
                  released_leases=released)
         return engine
+
+    def _open_vector_index(self, engine: Engine) -> None:
+        """SQLite: the HNSW graphs beside the store (store/sqlite/ann_set.py), opened or built on a
+        thread of their own; vector searches scan exactly until they are ready."""
+        if not is_sqlite(engine) or not self.cfg.vector_index:
+            return
+        from memoryd.store.sqlite import ann_set
+        from memoryd.store.sqlite.vectors import BUCKETS
+
+        self.ann = ann_set.AnnSet(engine, self.data_dir / "index" / "vectors",
+                                  min_rows=self.cfg.vector_index_min_rows, ef=self.cfg.vector_index_ef,
+                                  buckets=BUCKETS)
+        self.ann.start()
+        ann_set.attach(engine, self.ann)
 
     async def _serve(self) -> int:
         loop = asyncio.get_running_loop()
@@ -255,6 +272,8 @@ class Daemon:
             self.scheduler.shutdown(wait=False)
         dispatcher.close()
         self.embedder.release()
+        if self.ann is not None:  # saves the graphs: the next start loads them instead of building
+            await loop.run_in_executor(None, self.ann.stop)
         if self.engine is not None:
             try:
                 await loop.run_in_executor(None, self._announce, "stopped")
@@ -359,6 +378,8 @@ class Daemon:
                             "batches": self.committer.batches, "writes": self.committer.units,
                             "writer": "stopped" if self.committer.broken else "running"},
         }
+        if self.ann is not None:
+            extra["vector_index"] = self.ann.status()
         with read_only(self.engine) as conn:
             extra["cluster"] = {"shared": not is_sqlite(self.engine),
                                 "daemons": cluster.members(conn, time.time(), self.runner.owner)}

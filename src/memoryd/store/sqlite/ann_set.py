@@ -133,6 +133,8 @@ class AnnSet:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.build_seconds: dict[int, float] = {}
+        #: Graphs the last open() loaded from files (the rest it built).
+        self.loaded_graphs = 0
         self.error: str | None = None
 
     # -- life --------------------------------------------------------------------------------
@@ -182,7 +184,7 @@ class AnnSet:
             self._scan(conn)
         manifest = self._read_manifest()
         loaded = self._load(manifest) if manifest is not None else {}
-        n_loaded = len(loaded)
+        n_loaded = self.loaded_graphs = len(loaded)
         with self._lock:
             self.indexes = loaded
             self.applied = int(manifest["log_id"]) if loaded and manifest is not None else last
@@ -402,17 +404,21 @@ class AnnSet:
         for owner, entry in manifest.get("owners", {}).items():
             try:
                 out[int(owner)] = OwnerIndex.load(int(owner), self.dim, self.dir / entry["file"],
-                                                  spare=max(1024, self.save_every))
+                                                  spare=max(1024, int(entry.get("count", 0)) // 4))
             except (OSError, RuntimeError, ValueError) as exc:
                 log.warning("ann.file_unreadable", owner_id=owner, error=str(exc), fix="rebuilding")
                 return {}
         return out
 
     def status(self) -> dict[str, Any]:
-        """What ``memoryd status`` shows of the indexes."""
-        return {"ready": self.ready.is_set(), "graphs": len(self.indexes),
-                "vectors_in_graphs": int(sum(g.index.element_count for g in self.indexes.values())),
-                "log_behind": None, "min_rows": self.min_rows, "error": self.error}
+        """What ``memoryd status`` shows of the graphs (``behind``: log entries not applied yet)."""
+        with self.engine.connect() as conn:
+            last = _last_log_id(conn)
+        graphs = dict(self.indexes)
+        return {"ready": self.ready.is_set(), "graphs": len(graphs),
+                "vectors_in_graphs": int(sum(g.index.element_count for g in graphs.values())),
+                "behind": max(0, last - self.applied), "saved_log_id": self.saved_log_id,
+                "min_rows": self.min_rows, "ef": self.ef, "error": self.error}
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -1,0 +1,169 @@
+"""The daemon's HNSW graphs over its socket: kill -9 while building and while updating, then
+restart (nothing lost, nothing doubled, searches scoped), and a forget that leaves no byte of
+the vector or text in any index file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+
+from memoryd.privatefs import make_dirs
+from memoryd.store.sqlite.ann import OwnerIndex
+from tests.ann._store import DIM, make_store
+from tests.search._daemon import SearchDaemon
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    """A short folder (a socket path must fit in 108 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="ann-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+OWNERS = {"agent:a1": 3000, "agent:a2": 1500, "user:u1": 200}
+CONFIG = {"vector_index_min_rows": 1000, "tick_interval_s": 1.0}
+
+
+def wait_graphs(daemon: SearchDaemon, graphs: int, timeout_s: float = 120.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        vi = daemon.status().get("vector_index", {})
+        if vi.get("ready") and vi.get("graphs") == graphs and vi.get("behind") == 0:
+            return vi
+        assert time.monotonic() < deadline, (vi, daemon.log_tail())
+        time.sleep(0.2)
+
+
+def kill9(daemon: SearchDaemon) -> None:
+    assert daemon.proc is not None
+    daemon._drop_client()
+    daemon.proc.kill()
+    daemon.proc.wait()
+
+
+def saved_labels(data_dir: Path) -> dict[int, set[int]]:
+    """Each saved graph's live labels, loaded from the files the manifest names."""
+    directory = data_dir / "index" / "vectors"
+    manifest = json.loads((directory / "manifest.json").read_text())
+    out = {}
+    for owner, entry in manifest["owners"].items():
+        graph = OwnerIndex.load(int(owner), DIM, directory / entry["file"])
+        out[int(owner)] = graph.labels()
+    return out
+
+
+def store_truth(daemon: SearchDaemon) -> dict[int, set[int]]:
+    with daemon.engine().connect() as conn:
+        rows = conn.execute(text(
+            "SELECT o.id, m.seq FROM memories m JOIN memory_vectors_meta v ON v.memory_seq = m.seq "
+            "JOIN vector_owners o ON o.scope_key = m.scope || ':' || m.owner")).all()
+    out: dict[int, set[int]] = {}
+    for owner, seq in rows:
+        out.setdefault(int(owner), set()).add(int(seq))
+    return out
+
+
+def add_vectors(daemon: SearchDaemon, owner: str, n: int, seed: int) -> None:
+    """New embedded rows for ``owner``, written as the embed pass writes them (row, then vector)."""
+    path = daemon.root / f"extra-{seed}.db"
+    engine, _, vecs = make_store(path, {owner: n}, seed=seed)
+    engine.dispose()
+    from memoryd.store.engine import create_store_engine
+
+    own = create_store_engine(f"sqlite:///{daemon.data_dir / 'memoryd.db'}")
+    with own.begin() as conn:
+        conn.execute(text("ATTACH DATABASE :p AS extra"), {"p": str(path)})
+        cols = ("id, content, content_hash, kind, scope, owner, status, importance, importance_raw, "
+                "valid_from, recorded_at, metadata, derived, agent_id, user_id")
+        conn.execute(text(f"INSERT INTO memories ({cols}) SELECT {cols} FROM extra.memories"))
+        seqs = [int(r[0]) for r in conn.execute(text("SELECT seq FROM memories ORDER BY seq DESC LIMIT :n"),
+                                                 {"n": n})][::-1]
+        for seq, vec in zip(seqs, vecs, strict=True):
+            conn.execute(text("INSERT INTO memory_vectors (memory_seq, model, dim, vector, content_hash, "
+                              "embedded_at) VALUES (:s, 'test-model', :d, :v, 't', '2026-01-01T00:00:00Z')"),
+                         {"s": seq, "d": DIM, "v": vec.tobytes()})
+    own.dispose()
+
+
+def test_kill_9_while_building_and_while_updating_then_restart(root: Path) -> None:
+    daemon = SearchDaemon(root, "ann", "bundled", CONFIG)
+    make_dirs(daemon.data_dir)
+    engine, seqs, _ = make_store(daemon.data_dir / "memoryd.db", OWNERS)
+    engine.dispose()
+
+    daemon.start()
+    kill9(daemon)  # at once: the graphs are being built (or not even started)
+    daemon.start()
+    wait_graphs(daemon, 2)
+    daemon.wait_embedded()  # the query needs the embedder loaded
+    result = daemon.search("deploy the staging database", mode="vector", k=10, agent_id="a1")
+    ids = [r["id"] for r in result["results"]]
+    with daemon.engine().connect() as conn:
+        a1 = {r[0] for r in conn.execute(text("SELECT id FROM memories WHERE owner = 'a1'"))}
+    assert len(ids) == 10 and set(ids) <= a1, result
+
+    # Updating: new vectors for a1 and a2, and a1 rows deleted, then kill -9 before any save.
+    add_vectors(daemon, "agent:a1", 400, seed=7)
+    add_vectors(daemon, "agent:a2", 100, seed=8)
+    with daemon.engine().begin() as conn:
+        doomed = ",".join(str(s) for s in seqs["agent:a1"][:30])
+        conn.execute(text(f"DELETE FROM memories WHERE seq IN ({doomed})"))
+    time.sleep(0.3)
+    kill9(daemon)
+    daemon.start()
+    wait_graphs(daemon, 2)
+    truth = store_truth(daemon)
+    assert daemon.stop() == 0
+    saved = saved_labels(daemon.data_dir)
+    for owner, labels in saved.items():
+        assert labels == truth[owner], (owner, len(labels), len(truth[owner]))
+    assert not set(seqs["agent:a1"][:30]) & set().union(*saved.values())
+
+
+def test_forget_leaves_no_vector_or_text_bytes_in_any_index_file(root: Path) -> None:
+    daemon = SearchDaemon(root, "annf", "bundled", {**CONFIG, "retention_interval_s": 1.0})
+    make_dirs(daemon.data_dir)
+    engine, seqs, _ = make_store(daemon.data_dir / "memoryd.db", OWNERS)
+    engine.dispose()
+    daemon.start()
+    wait_graphs(daemon, 2)
+    assert daemon.stop() == 0  # saved: the files hold every vector
+    directory = daemon.data_dir / "index" / "vectors"
+    victim = seqs["agent:a1"][42]
+    with daemon.engine().connect() as conn:
+        victim_id, content = conn.execute(text("SELECT id, content FROM memories WHERE seq = :s"),
+                                          {"s": victim}).one()
+    graph = next(OwnerIndex.load(int(o), DIM, directory / e["file"]) for o, e in
+                 json.loads((directory / "manifest.json").read_text())["owners"].items()
+                 if OwnerIndex.load(int(o), DIM, directory / e["file"]).contains(victim))
+    stored = np.asarray(graph.index.get_items([victim])[0], dtype=np.float32).tobytes()
+    files = b"".join(p.read_bytes() for p in directory.iterdir())
+    assert stored in files  # positive control
+
+    daemon.start()
+    daemon.call("memory.forget", {"id": victim_id, "reason": "test"}, )
+    deadline = time.monotonic() + 60
+    while True:
+        with daemon.engine().connect() as conn:
+            left = conn.execute(text("SELECT content FROM memories WHERE seq = :s"), {"s": victim}).first()
+        if left is None or left[0] is None:
+            break
+        assert time.monotonic() < deadline, daemon.log_tail()
+        time.sleep(0.3)
+    wait_graphs(daemon, 2)
+    files = b"".join(p.read_bytes() for p in directory.iterdir())
+    assert stored not in files
+    assert content.encode() not in files
+    assert daemon.stop() == 0
+    files = b"".join(p.read_bytes() for p in directory.iterdir())
+    assert stored not in files
