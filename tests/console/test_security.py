@@ -192,3 +192,18 @@ def test_console_json_prints_one_line_with_url_and_port(console_process: Console
     assert set(console_process.printed) == {"url", "port"}
     assert console_process.url.startswith(f"http://127.0.0.1:{console_process.port}/?token=")
     json.dumps(console_process.printed)
+
+
+def test_the_listening_socket_is_loopback_tcp_by_protocol_number() -> None:
+    """asyncio sets TCP_NODELAY only on sockets made with proto IPPROTO_TCP; without it each
+    page waited ~40 ms on a delayed ACK (bench/console.py)."""
+    import socket
+
+    from memoryd.console import server
+
+    sock = server.bind(0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+        assert sock.getsockname()[0] == "127.0.0.1" and sock.getsockname()[1] > 0
+    finally:
+        sock.close()
