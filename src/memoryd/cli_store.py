@@ -1,4 +1,5 @@
-"""``memoryd store``: operator commands on a store itself, with no daemon (``store copy``).
+"""``memoryd store``: operator commands on a store itself, with no daemon (``store copy``,
+``store reindex``).
 
 A thin click shell over store/copy.py: it prints progress on stderr, the
 verification on stdout (or one JSON object with ``--json``), and exits 0 when
@@ -152,3 +153,78 @@ def copy_cmd(source_url: str, target_url: str, batch_size: int, as_json: bool) -
     if not report.verified:
         _fail("the copy did not verify (see above); do not start daemons on the target. Run the "
               "copy again into a new empty database, and report the mismatch")
+
+
+@store.command("reindex")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Data directory (env MEMORYD_DATA_DIR).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="Config file (env MEMORYD_CONFIG).")
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
+def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) -> None:
+    """Rebuild the HNSW graphs beside a SQLite store from the store alone (the daemon must be stopped).
+
+    The graphs (``<data dir>/index/vectors/``) are a cache of the store's
+    vectors: this drops them and builds one for every owner with at least
+    ``vector_index_min_rows`` vectors, as the daemon does at start when they
+    are missing. Use it when ``memoryd status`` shows the vector index
+    failing, or after restoring the database from a backup.
+
+    \b
+    Example:
+      systemctl --user stop memoryd.socket memoryd.service   # or end `memoryd run`
+      memoryd store reindex
+    """
+    import shutil
+
+    from memoryd.config import load_config
+    from memoryd.daemon.lock import DataDirLock
+    from memoryd.log import configure_logging
+    from memoryd.store import migrate
+    from memoryd.store.engine import create_store_engine, is_sqlite
+    from memoryd.store.sqlite.ann_set import AnnSet, ensure_log
+    from memoryd.store.sqlite.vectors import BUCKETS
+
+    configure_logging("warning" if as_json else "info")  # on stderr: stdout is the summary
+    try:
+        cfg = load_config(config_path, data_dir=data_dir)
+    except MemorydError as exc:
+        _fail(exc.message)
+    lock = DataDirLock(cfg.resolved_data_dir())
+    try:
+        lock.acquire()
+    except MemorydError as exc:
+        _fail(f"{exc.message}. Stop the daemon (`systemctl --user stop memoryd.socket "
+              "memoryd.service` for the service, or end `memoryd run`) and run reindex again")
+    try:
+        engine = create_store_engine(cfg.resolved_db_url(), cfg.busy_timeout_ms)
+        try:
+            if not is_sqlite(engine):
+                _fail("reindex is for SQLite stores: on PostgreSQL the vector index (pgvector HNSW) "
+                      "lives in the database, which keeps it itself")
+            migrate.upgrade(engine)
+            directory = cfg.resolved_data_dir() / "index" / "vectors"
+            shutil.rmtree(directory, ignore_errors=True)
+            if not as_json:
+                click.echo(f"building the graphs of owners with {cfg.vector_index_min_rows}+ vectors...",
+                           err=True)
+            t0 = time.perf_counter()
+            ann = AnnSet(engine, directory, min_rows=cfg.vector_index_min_rows, ef=cfg.vector_index_ef,
+                         buckets=BUCKETS)
+            with engine.begin() as conn:
+                ensure_log(conn)
+            ann.open()
+            seconds = time.perf_counter() - t0
+        finally:
+            engine.dispose()
+    finally:
+        lock.release()
+    summary = {"graphs": len(ann.indexes),
+               "vectors_in_graphs": int(sum(g.index.element_count for g in ann.indexes.values())),
+               "vectors": int(sum(ann.counts.values())), "seconds": round(seconds, 1),
+               "directory": str(directory)}
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        click.echo(f"built {summary['graphs']} graph(s) holding {summary['vectors_in_graphs']} of "
+                   f"{summary['vectors']} vectors in {summary['seconds']} s ({directory})")
