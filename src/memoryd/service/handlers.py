@@ -231,7 +231,8 @@ class Dispatcher:
         with read_only(self.engine) as conn:
             outcome = search.run(conn, req, now, query_vec, reason,
                                  lazy_vec=lambda: self.embedder.encode_query(req.query),
-                                 rerank_candidates=rerank.candidates if rerank else 0)
+                                 rerank_candidates=rerank.candidates if rerank else 0,
+                                 learned_ranking=self.cfg.search_learned_ranking)
         if rerank is not None and outcome.candidates is not None:
             # After the snapshot closes: the reranker holds no read transaction open.
             ranked, more = rerank(req.query, outcome.candidates, req.explain)

@@ -53,6 +53,7 @@ from sqlalchemy import Connection, literal_column, select
 from memoryd.clock import parse_rfc3339, to_rfc3339
 from memoryd.store import prepared, vectors
 from memoryd.store.backend import backend_for
+from memoryd.store.ranking import learned
 from memoryd.store.schema import jobs, memories
 from memoryd.store.scope import scope_keys
 from memoryd.store.search_request import (
@@ -180,6 +181,7 @@ def fuse(lexical_rows: Sequence[dict[str, Any]], vector_rows: Sequence[dict[str,
             item["score"] *= st["time_boost"]
         if explain:
             item["explain"] = {key: round(v, 6) if isinstance(v, float) else v for key, v in st.items()}
+        item["stages"] = st  # what the learned ranking reads (store/ranking/features.py)
         out.append(item)
     out.sort(key=lambda r: r["score"], reverse=True)
     return out[:k]
@@ -223,7 +225,7 @@ Reason = str | Callable[[], "str | None"] | None
 def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSource,
         vector_off_reason: Reason,
         lazy_vec: Callable[[], np.ndarray | None] | None = None,
-        rerank_candidates: int = 0) -> SearchOutcome:
+        rerank_candidates: int = 0, learned_ranking: bool = False) -> SearchOutcome:
     """Answer one search; ``query_vec`` is None when the vector leg cannot run.
 
     ``query_vec`` may be a callable that waits for work started elsewhere: a
@@ -234,6 +236,8 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
     found fewer than k rows and fills from the vector leg.
     ``rerank_candidates`` > 0 keeps that many of a hybrid search's fused candidates in
     the outcome's ``candidates`` (they passed both legs' scope filters), for a reranker.
+    ``learned_ranking`` orders a hybrid search's whole fused pool by store/ranking/ before
+    the top k is cut (and before a reranker sees it).
     """
     now_s = to_rfc3339(now)
     ref = parse_rfc3339(req.as_of) if req.as_of else now
@@ -279,7 +283,8 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
 
     if use_vector and use_lexical:
         mode_used = "hybrid"
-        rows = fuse(lex_rows, vec_rows, max(req.k, rerank_candidates), ref, req.explain, windows)
+        pool = len(lex_rows) + len(vec_rows) if learned_ranking else req.k
+        rows = fuse(lex_rows, vec_rows, max(pool, rerank_candidates), ref, req.explain, windows)
     elif use_vector:
         mode_used = "vector"
         rows = _single(vec_rows, req, lambda r: 1.0 - r["distance"], "vector")
@@ -294,9 +299,12 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
                 rows += _fill(rows, vector(conn, req, now_s, fill_vec, want)[0], req, "vector", notices)
     notices += time_notices(windows, applied=mode_used == "hybrid")
     results = hydrate(conn, rows)
+    if mode_used == "hybrid" and learned_ranking:
+        results = learned.order(req.query, results, req.k, windows, req.explain)
     if mode_used == "hybrid" and rerank_candidates > 0:
+        results = results[:max(req.k, rerank_candidates)]
         return SearchOutcome(results[:req.k], mode_used, notices, candidates=results)
-    return SearchOutcome(results=results, mode_used=mode_used, notices=notices)
+    return SearchOutcome(results=results[:req.k], mode_used=mode_used, notices=notices)
 
 
 _MEMORY_NAMES = tuple(c.name for c in memories.c)
