@@ -26,6 +26,8 @@ import recall_conversations as rc
 from memoryd.models.embedder import LocalEmbedder
 from memoryd.store import search
 
+#: Rows per leg; the fused pool is their union: at most 20, 40, 100 and 200 candidates (the
+#: daemon's legs fetch max(2k, 20) rows each: 20 at k=10, 50 at k=25, 100 at k=50).
 DEPTHS = (10, 20, 50, 100)
 CACHE = Path("/tmp/memoryd-conv-vectors")
 
@@ -37,12 +39,13 @@ def main() -> None:
     vecs = offline.encode(embedder, [offline.TEXTS["pass"](turns)[t.id] for t in turns], CACHE, "pass")
     db = offline.fts_index(turns, offline.TEXTS["plain"](turns))
     pools = {d["id"]: np.array([i for i, t in enumerate(turns) if t.dialogue == d["id"]]) for d in dialogues}
-    print(f"{'half':9} {'depth':>5}  {'union recall':>12} {'union hit':>9}  {'vector':>6} {'lexical':>7}")
+    print(f"{'half':9} {'depth':>5} {'pool':>5}  {'union recall':>12} {'union hit':>9}  "
+          f"{'vector':>6} {'lexical':>7}")
     for half in ("tuning", "held-out"):
         questions = [q for d in dialogues for q in d["questions"] if d["split"] == half]
         qvecs = offline.encode(embedder, [q["question"] for q in questions], CACHE, f"questions-{half}")
         for depth in DEPTHS:
-            union_recall, union_hit, vector_recall, lexical_recall = [], [], [], []
+            union_recall, union_hit, vector_recall, lexical_recall, pool_size = [], [], [], [], []
             for qi, q in enumerate(questions):
                 pool = pools[q["dialogue"]]
                 sims = vecs[pool] @ qvecs[qi]
@@ -57,11 +60,13 @@ def main() -> None:
                             if len(by_words) >= depth:
                                 break
                 gold = set(q["evidence"])
+                pool_size.append(len(by_vector | by_words))
                 union_recall.append(len(gold & (by_vector | by_words)) / len(gold))
                 union_hit.append(float(bool(gold & (by_vector | by_words))))
                 vector_recall.append(len(gold & by_vector) / len(gold))
                 lexical_recall.append(len(gold & by_words) / len(gold))
-            print(f"{half:9} {depth:>5}  {np.mean(union_recall):>12.3f} {np.mean(union_hit):>9.3f}  "
+            print(f"{half:9} {depth:>5} {np.mean(pool_size):>5.1f}  {np.mean(union_recall):>12.3f} "
+                  f"{np.mean(union_hit):>9.3f}  "
                   f"{np.mean(vector_recall):>6.3f} {np.mean(lexical_recall):>7.3f}")
 
 
