@@ -183,3 +183,38 @@ def test_a_new_dimension_discards_the_saved_graphs(store) -> None:
     again = opened(engine, directory)
     assert again.indexes == {} and again.dim == 8
     assert DIM == 384
+
+
+def test_searches_beside_a_growing_graph_never_see_a_resize_under_them() -> None:
+    """hnswlib reallocates on resize: searches running beside inserts that grow the graph past
+    its capacity many times must neither crash nor miss what was there before."""
+    import threading
+    import time
+
+    from memoryd.store.sqlite.ann import OwnerIndex
+
+    vecs = clustered(3000, seed=5)
+    graph = OwnerIndex(1, DIM)
+    graph.add(list(range(1, 1001)), vecs[:1000])
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def search() -> None:
+        try:
+            while not done.is_set():
+                hits = graph.search(vecs[0], 10, 64, None)
+                assert hits and hits[0][0] == 1
+                time.sleep(0.001)
+        except BaseException as exc:  # reported below, in the test thread
+            errors.append(exc)
+
+    readers = [threading.Thread(target=search) for _ in range(2)]
+    for r in readers:
+        r.start()
+    for start in range(1000, 3000, 100):  # 20 inserts, 5 resizes (growth 1.25 from 1,024)
+        graph.add(list(range(start + 1, start + 101)), vecs[start:start + 100])
+    done.set()
+    for r in readers:
+        r.join()
+    assert not errors, errors[0]
+    assert graph.index.element_count == 3000

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import hnswlib
@@ -46,6 +48,48 @@ MIN_CAPACITY = 1024
 Filter = Callable[[int], bool]
 
 
+class GraphLock:
+    """Searches share a graph; a change (insert, erase, resize) has it alone.
+
+    hnswlib's ``resize_index`` reallocates the graph under a running search
+    (a segfault, tests/ann), and a search beside an insert answered one wrong
+    row instead of ten (the insert's links half made). Changes are one label at
+    a time in the daemon (store/sqlite/ann_set.py applies the log entry by
+    entry), so a search waits at most one insert.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writing = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._writing:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            while self._writing or self._readers:
+                self._cond.wait()
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
+
 class OwnerIndex:
     """The HNSW graph of one ``vector_owners`` id, with the file it was last saved to."""
 
@@ -56,6 +100,7 @@ class OwnerIndex:
             index = hnswlib.Index(space="cosine", dim=dim)
             index.init_index(max_elements=MIN_CAPACITY, ef_construction=EF_CONSTRUCTION, M=M)
         self.index = index
+        self.lock = GraphLock()
         #: Labels stored in ``path``, in record order (None: no file yet).
         self.file_labels: np.ndarray | None = None
         self.path: Path | None = None
@@ -79,11 +124,12 @@ class OwnerIndex:
         """Store (or overwrite) ``vectors`` under ``labels``; a deleted label is brought back."""
         if not len(labels):
             return
-        need = int(self.index.element_count) + len(labels)
-        if need > self.index.get_max_elements():
-            self.index.resize_index(max(int(need * GROWTH), MIN_CAPACITY))
-        self.index.add_items(np.asarray(vectors, dtype=np.float32), np.asarray(labels, dtype=np.int64),
-                             num_threads=threads)
+        with self.lock.exclusive():
+            need = int(self.index.element_count) + len(labels)
+            if need > self.index.get_max_elements():
+                self.index.resize_index(max(int(need * GROWTH), MIN_CAPACITY))
+            self.index.add_items(np.asarray(vectors, dtype=np.float32), np.asarray(labels, dtype=np.int64),
+                                 num_threads=threads)
         self.dirty += len(labels)
 
     def erase(self, label: int) -> bool:
@@ -94,9 +140,10 @@ class OwnerIndex:
         """
         if not self.contains(label):
             return False  # absent, or already erased
-        self.index.add_items(np.zeros((1, self.dim), dtype=np.float32), np.array([label], dtype=np.int64),
-                             num_threads=1)
-        self.index.mark_deleted(label)
+        with self.lock.exclusive():
+            self.index.add_items(np.zeros((1, self.dim), dtype=np.float32),
+                                 np.array([label], dtype=np.int64), num_threads=1)
+            self.index.mark_deleted(label)
         self.erase_in_file(label)
         self.dirty += 1
         return True
@@ -131,12 +178,16 @@ class OwnerIndex:
         if live == 0 or k <= 0:
             return []
         k = min(k, live)
-        self.index.set_ef(max(ef, k))
-        try:
-            labels, dists = self.index.knn_query(np.asarray(query, dtype=np.float32), k=k, filter=allowed)
-        except RuntimeError:
-            # hnswlib raises when fewer than k labels pass (or remain): ask for what there is.
-            labels, dists = self._search_fewer(query, k, allowed)
+        with self.lock.shared():
+            # ef is the index's (hnswlib has no per-query ef); every search of this set uses one
+            # value, so setting it under a concurrent search changes nothing for that search.
+            self.index.set_ef(max(ef, k))
+            try:
+                labels, dists = self.index.knn_query(np.asarray(query, dtype=np.float32), k=k,
+                                                     filter=allowed)
+            except RuntimeError:
+                # hnswlib raises when fewer than k labels pass (or remain): ask for what there is.
+                labels, dists = self._search_fewer(query, k, allowed)
         return [(int(label), float(d)) for label, d in zip(labels[0], dists[0], strict=True)]
 
     def _search_fewer(self, query: np.ndarray, k: int,

@@ -72,6 +72,9 @@ LOG_DDL = [
 ]
 #: Log entries read per step of a catch-up.
 LOG_PAGE = 2000
+#: A search applies the log itself when it is at most this far behind (each entry can cost an
+#: insert of a few ms into a large graph); further behind, it wakes the index thread instead.
+INLINE_CATCH_UP = 16
 #: Vectors added to a graph per call while building (each call releases the GIL).
 BUILD_CHUNK = 5000
 
@@ -319,12 +322,14 @@ class AnnSet:
         """The ``k`` nearest visible rows: each large owner's graph, the rest by ``exact``."""
         if not self.ready.is_set() or not self.indexes:
             return exact(scope_keys, k)
-        if self._lock.acquire(blocking=False):  # never wait on a build or a save
-            try:
-                if _last_log_id(conn) > self.applied:
-                    self.catch_up()
+        behind = _last_log_id(conn) - self.applied
+        if 0 < behind <= INLINE_CATCH_UP and self._lock.acquire(blocking=False):
+            try:  # a few fresh vectors: this search sees them (never waits on a build or a save)
+                self.catch_up()
             finally:
                 self._lock.release()
+        elif behind > 0:
+            self._wake.set()  # the index thread applies a larger batch; this search does not wait
         marks = ", ".join("?" * len(scope_keys))
         owners = conn.exec_driver_sql(
             f"SELECT id, scope_key FROM vector_owners WHERE scope_key IN ({marks})", tuple(scope_keys)).all()
