@@ -1,22 +1,26 @@
-"""What serializing audit appends costs on PostgreSQL: writes with and without the lock.
+"""What serializing audit appends costs on PostgreSQL: audit lanes against one chain.
 
-Daemons sharing one PostgreSQL database append to one audit hash chain. Each
-append reads the chain's head and inserts after it, so the write transaction
-takes ``pg_advisory_xact_lock`` first (store/postgres/backend.py
-``serialize_audit``) and holds it until commit: one appender at a time.
+Daemons sharing one PostgreSQL database append to one audit log. Until
+migration 0010 it was one hash chain: each append read the head and inserted
+after it, under ``pg_advisory_xact_lock`` held to commit, one appender at a
+time across the cluster. Now each write transaction takes the first audit lane
+no other transaction holds (``FOR UPDATE SKIP LOCKED`` on the lane's head row,
+store/audit.py) and appenders never wait on each other.
 
 This runs the store's group-commit path (``store.writes.commit_units``, one
 memory per commit, as a lone ``memory.write`` commits) from two engines (two
 daemons' connection pools) with THREADS writer threads each, for a fixed
 window, twice on fresh databases of one embedded PostgreSQL 18.6 server:
 
-* **with the lock** (what ships);
-* **without it** (``serialize_audit`` replaced by a no-op: the baseline of
-  the same run), which also shows why the lock is there: the chain is then
-  checked and is expected to break.
+* **one lane** (the baseline: the lane pick waits for the lane instead of
+  skipping it, so every appender queues for lane 0 until the holder commits,
+  as every appender queued for the advisory lock before 0010);
+* **lanes** (what ships).
 
-It prints writes/s, commit latency p50/p99 and whether the chain verifies,
-and the ratio of the two throughputs.
+It prints writes/s, commit latency p50/p99, how many lanes were used and
+whether the log verifies, and the ratio of the two throughputs. ``--watch``
+also samples pg_stat_activity and pg_locks (bench/_pgwatch.py) during each
+series.
 
     .venv/bin/python bench/pg_audit_lock.py            # 10 s per series
     .venv/bin/python bench/pg_audit_lock.py --quick    # 4 s per series
@@ -36,12 +40,13 @@ from tests.postgres import start_server, stop_server
 from tests.unit.helpers import build_memory
 
 from _harness import banner, latency_summary, parser, print_table, save
+from _pgwatch import Sampler, print_watch
 
 ENGINES = 2
 THREADS = 3  # writer threads per engine
 
 
-def series(url: str, window_s: float, locked: bool) -> dict[str, Any]:
+def series(url: str, window_s: float, lanes: bool, server: Any = None) -> dict[str, Any]:
     from memoryd.clock import utcnow
     from memoryd.passes.registry import ON_WRITE
     from memoryd.store import audit
@@ -53,9 +58,9 @@ def series(url: str, window_s: float, locked: bool) -> dict[str, Any]:
     engines = [create_store_engine(url) for _ in range(ENGINES)]
     upgrade(engines[0])
     ctx = WriteContext(actor="bench", passes=list(ON_WRITE), max_attempts=5, idempotency_ttl_s=86400.0)
-    original = PostgresBackend.serialize_audit
-    if not locked:
-        PostgresBackend.serialize_audit = lambda self, conn: None  # type: ignore[method-assign]
+    original = PostgresBackend.lock_audit_lane
+    if not lanes:  # wait for the lane instead of skipping it: one chain, one appender at a time
+        PostgresBackend.lock_audit_lane = lambda self, pick: pick.with_for_update()  # type: ignore[method-assign]
     lat: list[list[float]] = [[] for _ in range(ENGINES * THREADS)]
     errors: list[BaseException] = []
     stop_at = time.monotonic() + window_s
@@ -75,47 +80,55 @@ def series(url: str, window_s: float, locked: bool) -> dict[str, Any]:
 
     threads = [threading.Thread(target=writer, args=(e * THREADS + t, engines[e]))
                for e in range(ENGINES) for t in range(THREADS)]
+    sampler = Sampler(server) if server is not None else None
     started = time.perf_counter()
     try:
+        if sampler is not None:
+            sampler.__enter__()
         for t in threads:
             t.start()
         for t in threads:
             t.join(window_s + 120)
     finally:
-        PostgresBackend.serialize_audit = original  # type: ignore[method-assign]
+        if sampler is not None:
+            sampler.__exit__()
+        PostgresBackend.lock_audit_lane = original  # type: ignore[method-assign]
     took = time.perf_counter() - started
+    if sampler is not None:
+        print_watch("lanes" if lanes else "one lane", sampler, None)
     with read_only(engines[0]) as conn:
-        events, broken = audit.verify(conn)
+        verdict = audit.check(conn)
     for engine in engines:
         engine.dispose()
     samples = [x for per in lat for x in per]
-    return {"locked": locked, "writes": len(samples), "per_s": len(samples) / took, "errors": len(errors),
-            "first_error": repr(errors[0])[:200] if errors else None,
-            "audit_events": events, "chain_breaks_at": broken, **latency_summary(samples)}
+    return {"lanes": lanes, "writes": len(samples), "per_s": len(samples) / took, "errors": len(errors),
+            "first_error": repr(errors[0])[:200] if errors else None, "audit_events": verdict.events,
+            "lanes_used": len(verdict.heads), "verifies": verdict.ok, **latency_summary(samples)}
 
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--window", type=float, default=None, help="seconds per series (10; --quick 4)")
+    p.add_argument("--watch", action="store_true", help="sample pg_stat_activity and pg_locks meanwhile")
     args = p.parse_args()
     window = args.window or (4.0 if args.quick else 10.0)
     banner("pg_audit_lock", f"{ENGINES} engines x {THREADS} writers, one memory per commit, "
-           f"{window:.0f} s per series, with and without the audit lock", args.quick)
+           f"{window:.0f} s per series, one audit lane against lanes", args.quick)
     server = start_server()
     rows = []
     try:
-        for locked in (False, True):
+        for lanes in (False, True):
             with server.database("audit") as url:
-                rows.append(series(url, window, locked))
+                rows.append(series(url, window, lanes, server if args.watch else None))
     finally:
         stop_server(server)
-    print_table("audit appends on PostgreSQL", ["audit lock", "writes", "writes/s", "p50 ms", "p99 ms",
-                                                 "chain", "errors"],
-                [["held" if r["locked"] else "none (baseline)", r["writes"], r["per_s"], r["p50_ms"],
-                  r["p99_ms"], "verifies" if r["chain_breaks_at"] is None else
-                  f"breaks at event {r['chain_breaks_at']}", r["errors"]] for r in rows])
-    base, held = rows
-    print(f"  with the lock: {held['per_s'] / base['per_s']:.2f} x the throughput without it")
+    print_table("audit appends on PostgreSQL", ["audit log", "writes", "writes/s", "p50 ms", "p99 ms",
+                                                 "lanes used", "log", "errors"],
+                [["lanes (ships)" if r["lanes"] else "one lane (baseline)", r["writes"], r["per_s"],
+                  r["p50_ms"], r["p99_ms"], r["lanes_used"], "verifies" if r["verifies"] else "BROKEN",
+                  r["errors"]] for r in rows])
+    base, ships = rows
+    print(f"  lanes: {ships['per_s'] / base['per_s']:.2f} x the throughput of one lane")
     save("pg_audit_lock", {"engines": ENGINES, "threads": THREADS, "window_s": window, "rows": rows},
          args.quick)
 

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.postgres import PgServer, start_server, stop_server
 
 from _harness import Daemon, banner, dev_notes, latency_summary, parser, print_table, save, workdir
+from _pgwatch import Sampler, enable_statements, print_watch, reset_statements, top_statements
 
 CLIENTS = 6
 DIM = 384
@@ -112,25 +113,69 @@ def _raw_insert_loop(server: PgServer, window_s: float) -> tuple[int, list[float
     return len(flat), flat
 
 
-def part_writes(root: Path, server: PgServer, window_s: float) -> list[dict[str, Any]]:
+def part_writes(root: Path, server: PgServer, window_s: float, watch: bool = False,
+                counts: tuple[int, ...] = (1, 2, 3)) -> list[dict[str, Any]]:
     rows = []
     n, lat = _raw_insert_loop(server, window_s)
     rows.append({"what": f"raw INSERT…COMMIT, {CLIENTS} threads", "daemons": 0, "writes": n,
                  "per_s": n / window_s, **latency_summary(lat)})
-    for count in (1, 2, 3):
+    for count in counts:
         with server.database("w") as url:
             daemons = [_daemon(root, f"w{count}-{i}", url) for i in range(count)]
             try:
-                n, lat = _write_loop(daemons, window_s)
+                if watch:
+                    reset_statements(server)
+                    with Sampler(server) as sampler:
+                        n, lat = _write_loop(daemons, window_s)
+                    print_watch(f"{count} daemon(s)", sampler, top_statements(server, "w_"))
+                else:
+                    n, lat = _write_loop(daemons, window_s)
             finally:
                 for d in daemons:
                     d.stop()
         rows.append({"what": f"memory.write, {CLIENTS} clients", "daemons": count, "writes": n,
                      "per_s": n / window_s, **latency_summary(lat)})
     print_table(f"writes ({window_s:.0f} s windows)",
-                ["what", "daemons", "writes", "writes/s", "p50 ms", "p99 ms"],
-                [[r["what"], r["daemons"], r["writes"], r["per_s"], r["p50_ms"], r["p99_ms"]] for r in rows])
+                ["what", "daemons", "writes", "writes/s", "p50 ms", "p99 ms", "x raw"],
+                [[r["what"], r["daemons"], r["writes"], r["per_s"], r["p50_ms"], r["p99_ms"],
+                  r["per_s"] / rows[0]["per_s"]] for r in rows])
     return rows
+
+
+def part_write_many(root: Path, server: PgServer, window_s: float, items: int = 100) -> dict[str, Any]:
+    """``memory.write_many`` of ``items`` memories, CLIENTS clients into one daemon: memories/s."""
+    with server.database("m") as url:
+        daemon = _daemon(root, "m-1", url)
+        lat: list[list[float]] = [[] for _ in range(CLIENTS)]
+        stop_at = time.monotonic() + window_s
+
+        def client(i: int) -> None:
+            with daemon.client() as c:
+                n = 0
+                while time.monotonic() < stop_at:
+                    batch = [{"content": f"client {i} batch {n} item {j} on the shared store",
+                              "agent_id": f"agent{i}", "kind": "fact"} for j in range(items)]
+                    t0 = time.perf_counter()
+                    c.call("memory.write_many", {"items": batch})
+                    lat[i].append(time.perf_counter() - t0)
+                    n += 1
+
+        try:
+            threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+            started = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            took = time.perf_counter() - started
+        finally:
+            daemon.stop()
+    flat = [x for part in lat for x in part]
+    out = {"items": items, "calls": len(flat), "memories": len(flat) * items,
+           "per_s": len(flat) * items / took, **latency_summary(flat)}
+    print(f"\nwrite_many of {items}, {CLIENTS} clients, 1 daemon: {out['per_s']:,.0f} memories/s "
+          f"({out['calls']} calls, p50 {out['p50_ms']:.1f} ms, p99 {out['p99_ms']:.1f} ms a call)")
+    return out
 
 
 def _load_vectors(url: str, rng: np.random.Generator) -> float:
@@ -312,7 +357,10 @@ def main() -> None:
                    help="memories for the search part (100,000; --quick 10,000)")
     p.add_argument("--window", type=float, default=None, help="seconds per write measurement (10; --quick 4)")
     p.add_argument("--drain", type=int, default=None, help="memories for the embed drain (600; --quick 200)")
-    p.add_argument("--parts", default="writes,search,drain")
+    p.add_argument("--parts", default="writes,write_many,search,drain")
+    p.add_argument("--daemons", default="1,2,3", help="daemon counts for the writes part")
+    p.add_argument("--watch", action="store_true",
+                   help="load pg_stat_statements and sample pg_stat_activity / pg_locks during the writes")
     args = p.parse_args()
     n = args.n or (10_000 if args.quick else 100_000)
     window = args.window or (4.0 if args.quick else 10.0)
@@ -323,8 +371,13 @@ def main() -> None:
     with workdir("scale", args.keep) as root:
         server = start_server()
         try:
+            if args.watch:
+                enable_statements(server)
             if "writes" in parts:
-                out["writes"] = part_writes(root, server, window)
+                out["writes"] = part_writes(root, server, window, args.watch,
+                                            tuple(int(c) for c in args.daemons.split(",")))
+            if "write_many" in parts:
+                out["write_many"] = part_write_many(root, server, window)
             if "search" in parts:
                 out["search"] = {"n": n, "rows": part_search(root, server, n, 60 if args.quick else 100)}
             if "drain" in parts:

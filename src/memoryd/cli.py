@@ -693,24 +693,42 @@ def audit() -> None:
 
 
 @audit.command("verify")
+@click.option("--expect", "expect_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A file holding an earlier `memoryd audit verify --json` answer: each lane must "
+                   "still hold the head it recorded (a log rewritten since fails).")
 @client_options
-def audit_verify(cfg: Config, as_json: bool) -> None:
-    """Check the audit log's hash chain; report the first broken event.
+def audit_verify(cfg: Config, as_json: bool, expect_path: Path | None) -> None:
+    """Check the audit log's hash chains (its lanes, their head rows and cross-anchors);
+    report the first broken event and every problem found.
 
-    Exit code 0 when the chain verifies, 1 when it is broken.
+    Exit code 0 when the log verifies, 1 when it is broken. Keep the `--json` answer
+    somewhere the database's writers cannot reach, and pass it to `--expect` later.
 
     \b
     Example:
-      memoryd audit verify
+      memoryd audit verify --json > ~/audit-heads.json
+      memoryd audit verify --expect ~/audit-heads.json
     """
-    result = _call(cfg, "audit.verify", {}, admin=True)
+    params: dict[str, Any] = {}
+    if expect_path is not None:
+        try:
+            params["expect_heads"] = json.loads(expect_path.read_text())["heads"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise click.ClickException(
+                f"{expect_path} is not a `memoryd audit verify --json` answer ({exc}); "
+                "save one with `memoryd audit verify --json > FILE`") from exc
+    result = _call(cfg, "audit.verify", params, admin=True)
     if as_json:
         _print_json(result)
     elif result["ok"]:
-        click.echo(f"audit chain verified: {result['events']} events")
+        click.echo(f"audit log verified: {result['events']} events in {result.get('lanes', 1)} lane(s), "
+                   f"{result.get('anchors', 0)} cross-anchors")
     else:
-        click.echo(f"audit chain BROKEN at event seq {result['first_break_seq']} "
-                   f"({result['events']} events verify before it)")
+        where = (f"at event seq {result['first_break_seq']}" if result["first_break_seq"] is not None
+                 else "(no single event: a lane's end or head row)")
+        click.echo(f"audit log BROKEN {where} ({result['events']} events verify before it)")
+        for problem in result.get("problems", []):
+            click.echo(f"  - {problem}")
     sys.exit(EXIT_OK if result["ok"] else EXIT_DEGRADED)
 
 

@@ -93,6 +93,11 @@ class Config:
     pg_statement_timeout_ms: int = _key(60000, "PostgreSQL statement_timeout (ms): a longer statement is "
                                         "cancelled and answers 1003 (0 = none; migrations and index "
                                         "builds run without it).")
+    pg_pool_size: int = _key(12, "PostgreSQL: connections one daemon keeps at most (writers, pass runner, "
+                             "readers, schedules); one more listens for other daemons' jobs. N daemons "
+                             "use N x (pg_pool_size + 1) of the server's max_connections.")
+    pg_writers: int = _key(3, "PostgreSQL: write transactions one daemon commits at once, each on a "
+                           "connection of its pool (SQLite has one writer).")
     read_threads: int = _key(4, "Threads serving reads (get, search, status).")
     job_lease_s: float = _key(300.0, "Seconds a claimed job stays leased before another worker may take it.")
     job_max_attempts: int = _key(5, "Attempts before a job is marked dead.")
@@ -203,7 +208,7 @@ class Config:
             "max_frame_bytes", "max_content_bytes", "max_connections", "max_inflight_per_connection",
             "conn_max_buffered_bytes", "total_max_buffered_bytes",
             "write_queue_max", "write_batch_max", "read_threads", "job_max_attempts", "embed_batch_size",
-            "embed_encode_batch", "vector_index_min_rows", "vector_index_ef",
+            "embed_encode_batch", "vector_index_min_rows", "vector_index_ef", "pg_writers",
         )
         for name in positive:
             if getattr(self, name) < 1:
@@ -222,6 +227,9 @@ class Config:
         if self.busy_timeout_ms > 10000:
             # A longer wait would hold a write past the 30 s SIGTERM deadline.
             raise _range_error("busy_timeout_ms", "at most 10000 (10 s)", self.busy_timeout_ms)
+        if self.pg_pool_size < self.pg_writers + 2:  # the writers, plus the runner and a reader
+            raise _range_error("pg_pool_size", f"at least pg_writers + 2 ({self.pg_writers + 2})",
+                               self.pg_pool_size)
         if not 0 <= self.pg_lock_timeout_ms <= 10000:  # the same bound, for the same reason
             raise _range_error("pg_lock_timeout_ms", "from 0 to 10000 (10 s)", self.pg_lock_timeout_ms)
         if self.pg_statement_timeout_ms < 0:

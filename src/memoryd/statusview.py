@@ -111,13 +111,23 @@ def cluster_table(cluster: dict[str, Any] | None) -> Table | None:
     if not cluster or (not cluster.get("shared") and len(cluster.get("daemons", [])) < 2):
         return None
     table = Table(title="daemons sharing the store (queues above are theirs too)", title_justify="left")
-    for col in ("node", "host", "pid", "state", "leases", "last seen", "up since"):
-        table.add_column(col, justify="right" if col in ("pid", "leases") else "left")
+    numeric = ("pid", "leases", "lag s", "writes/s", "commit p99 ms")
+    for col in ("node", "host", "pid", "state", "leases", "lag s", "writes/s", "commit p99 ms", "up since"):
+        table.add_column(col, justify="right" if col in numeric else "left")
     for d in cluster["daemons"]:
+        # lag: seconds since the daemon last renewed its row; writes: its figures over the
+        # heartbeat period before that (a daemon of an older version has none).
+        writes = d.get("writes") or {}
+        lag = d.get("lag_s", d.get("seen_s_ago"))
         table.add_row(d["node"] + (" (this)" if d.get("self") else ""), str(d.get("host") or "-"),
                       str(d.get("pid") or "-"), d["state"], str(d["leases"]),
-                      _when(d.get("last_seen_at")), _when(d.get("started_at")))
+                      "-" if lag is None else f"{lag:.0f}", _figure(writes.get("per_s")),
+                      _figure(writes.get("commit_p99_ms")), _when(d.get("started_at")))
     return table
+
+
+def _figure(value: Any) -> str:
+    return "-" if value is None else f"{value:,.1f}"
 
 
 def _model_problem(m: dict[str, Any]) -> Text:

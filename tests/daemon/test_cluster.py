@@ -86,6 +86,13 @@ def test_the_view_shows_the_cluster_only_when_the_store_is_shared_or_was() -> No
     console.print(table)
     text = console.export_text()
     assert "node-a (this)" in text and "node-b" in text and "silent" in text and "3" in text
+    # Each daemon's lag and its write figures from its heartbeat (issue 22).
+    busy = {**shared, "daemons": [{**shared["daemons"][1], "lag_s": 7.0,
+                                   "writes": {"per_s": 1234.5, "commit_p99_ms": 8.25, "queue": 0}}]}
+    console = Console(width=200, record=True)
+    console.print(cluster_table(busy))
+    text = console.export_text()
+    assert "lag s" in text and "1,234.5" in text and "8.2" in text and " 7 " in text
 
 
 def test_a_real_daemon_reports_itself_and_marks_itself_stopped(daemon: DaemonHandle, backend: str) -> None:

@@ -52,13 +52,19 @@ def _seed_0008(engine: Engine) -> tuple[str, str]:
                 "(:id, :c, :h, 'fact', 'user', :o, :o, 'active', 0.5, 0.5, :t, :t, false, '{}')"),
                 {"id": memory_id, "c": content, "h": hashlib.sha256(content.strip().encode()).hexdigest(),
                  "o": EMAIL, "t": STAMP})
-        audit.append(conn, at=STAMP, actor="test", action="memory.promote", memory_id=ids[0],
-                     detail={"before": {"status": "candidate"}, "after": {"status": "active"}})
-        for memory_id in ids:
-            audit.append(conn, at=STAMP, actor="test", action="memory.write", memory_id=memory_id,
-                         detail={"content_hash": "h", "scope": "user", "owner": EMAIL, "status": "active"})
-        audit.append(conn, at=STAMP, actor="test", action="memory.forget", memory_id=ids[1],
-                     detail={"before": {"status": "active"}})
+        events = [("memory.promote", ids[0],
+                   {"before": {"status": "candidate"}, "after": {"status": "active"}})]
+        events += [("memory.write", memory_id, {"content_hash": "h", "scope": "user", "owner": EMAIL,
+                                                "status": "active"}) for memory_id in ids]
+        events.append(("memory.forget", ids[1], {"before": {"status": "active"}}))
+        prev = audit.GENESIS
+        for action, memory_id, detail in events:  # one chain, as memoryd appended before 0010's lanes
+            digest = audit.digest(prev, STAMP, "test", action, memory_id, detail)
+            conn.execute(text("INSERT INTO audit_events (at, actor, action, memory_id, detail, prev_hash, "
+                              "hash) VALUES (:at, 'test', :a, :m, :d, :p, :h)"),
+                         {"at": STAMP, "a": action, "m": memory_id, "d": json.dumps(detail), "p": prev,
+                          "h": digest})
+            prev = digest
         conn.execute(text("INSERT INTO tombstones (scope, owner, content_hash, created_at) "
                           "VALUES ('user', :o, :h, :t)"),
                      {"o": EMAIL, "h": hashlib.sha256(b"an old forgotten text").hexdigest(), "t": STAMP})

@@ -93,8 +93,8 @@ def test_the_daemon_migrates_the_old_store_and_gives_the_free_pages_back(migrate
     assert migrated["size_before"] > N_SESSIONS * 1024 * 1536  # a 1,024-vector chunk per session
     [moved] = events(daemon, "store.migrated")
     # 0007 is the layout change; 0008 (PostgreSQL's search objects) does nothing on SQLite;
-    # 0009 adds the loose hash (issue 20).
-    assert (moved["from_revision"], moved["to_revision"]) == ("0006", "0009")
+    # 0009 adds the loose hash (issue 20), 0010 the audit lanes (issue 22).
+    assert (moved["from_revision"], moved["to_revision"]) == ("0006", "0010_audit_lanes")
     [vacuumed] = events(daemon, "store.vacuumed")
     assert vacuumed["bytes_after"] < 8 * 1024 * 1024 < migrated["size_before"]
     assert db.stat().st_size < 8 * 1024 * 1024

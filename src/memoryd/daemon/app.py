@@ -35,8 +35,8 @@ from memoryd.queue import jobs as jobq
 from memoryd.service.committer import GroupCommitter
 from memoryd.service.handlers import Dispatcher
 from memoryd.service.server import SocketServer
+from memoryd.store import audit, migrate
 from memoryd.store import memories as mem
-from memoryd.store import migrate
 from memoryd.store.backend import Stoppable, backend_for
 from memoryd.store.engine import daemon_engine, is_sqlite, read_only
 from memoryd.store.memories import WriteContext
@@ -123,6 +123,8 @@ class Daemon:
         self.passes = build_passes()
         self._stop: asyncio.Event | None = None
         self.committer: GroupCommitter | None = None
+        #: (units committed, when) at the last heartbeat: its write figures cover what came after.
+        self._announced = (0, time.time())
         self.governor: Governor | None = None
         self.servers: list[SocketServer] = []
         self.listener: Stoppable | None = None
@@ -157,6 +159,7 @@ class Daemon:
         vectors.reclaim_space(engine)
         self._open_vector_index(engine)
         self.node = owner = node_id(self.data_dir)
+        audit.set_writer(engine, owner)  # the audit lanes this daemon opens name it
         with engine.begin() as conn:
             released = jobq.release_owner(conn, owner, now=time.time())
         log.info("store.opened", url=status_mod.db_info(engine)["url"], revision=revision,
@@ -220,6 +223,7 @@ class Daemon:
         self.committer = GroupCommitter(
             engine, write_ctx, max_queue=self.cfg.write_queue_max, max_batch=self.cfg.write_batch_max,
             clock=utcnow, on_commit=runner.wakeup, access_flush_s=self.cfg.access_flush_s,
+            writers=self.cfg.pg_writers,  # PostgreSQL only: SQLite has one writer
         )
         self.committer.start()
         # Turns hooks spooled while the daemon was down, written before anyone can ask for them;
@@ -348,9 +352,15 @@ class Daemon:
                 # (set on the driver's connection before BEGIN, which waits for the lock).
                 raw: Any = conn.connection.dbapi_connection
                 raw.execute("PRAGMA busy_timeout = 1000")
+            now = time.time()
+            writes = None
+            if self.committer is not None:  # the write figures since the last heartbeat
+                units, since = self._announced
+                writes = self.committer.write_figures(units, since, now)
+                self._announced = (self.committer.units, now)
             with conn.begin():
                 cluster.announce(conn, self.node, started_at=self.started_at,
-                                 now=time.time(), state=state)
+                                 now=now, state=state, writes=writes)
 
     def _prune(self) -> None:
         assert self.engine is not None

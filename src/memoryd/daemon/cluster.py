@@ -2,7 +2,9 @@
 
 Each daemon announces itself in the ``meta`` table under ``daemon:<node id>``
 (the data directory's stable worker identity, which is also its lease owner):
-its host, pid, version, when it started and when it was last seen. On
+its host, pid, version, when it started and when it was last seen, and its
+write figures since its previous heartbeat (writes/s, the p99 of its commits,
+its queue). On
 PostgreSQL, where several daemons share one database, it renews that row every
 HEARTBEAT_S; on SQLite one daemon holds the file (the data directory's lock),
 so it writes the row when it starts and stops and never wakes the disk in
@@ -37,10 +39,12 @@ FORGET_AFTER_S = 7 * 86400.0
 
 
 def announce(conn: Connection, node: str, *, started_at: float, now: float,
-             state: str = "running") -> None:
-    """Write (or renew) this daemon's row."""
+             state: str = "running", writes: dict[str, Any] | None = None) -> None:
+    """Write (or renew) this daemon's row. ``writes``: its write figures since its last
+    heartbeat (``per_s``, ``commit_p99_ms``, ``queue``), shown by every daemon's status."""
     value = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "version": __version__,
-                        "started_at": started_at, "seen_at": now, "state": state})
+                        "started_at": started_at, "seen_at": now, "state": state,
+                        **({"writes": writes} if writes else {})})
     key = KEY_PREFIX + node
     # Only this daemon writes its own key, so update-then-insert cannot race another writer.
     if conn.execute(update(meta).where(meta.c.key == key).values(value=value)).rowcount == 0:
@@ -74,14 +78,18 @@ def members(conn: Connection, now: float, me: str) -> list[dict[str, Any]]:
             "version": info.get("version"), "self": node == me, "state": state,
             "started_at": rfc3339_from_epoch(info["started_at"]),
             "last_seen_at": rfc3339_from_epoch(info["seen_at"]), "seen_s_ago": round(age, 1),
+            # How far behind this row is: seconds since the daemon last wrote it (a heartbeat
+            # every HEARTBEAT_S while it runs; past SEEN_WINDOW_S it is silent).
+            "lag_s": round(age, 1),
             "leases": int(leases.pop(node, 0)),
+            "writes": info.get("writes") if isinstance(info.get("writes"), dict) else None,
         })
     # Leases held by an owner with no row (a daemon of an older version): shown, not hidden.
     for owner, count in leases.items():
         if owner is not None:
             out.append({"node": owner, "host": None, "pid": None, "version": None, "self": False,
                         "state": "unknown", "started_at": None, "last_seen_at": None,
-                        "seen_s_ago": None, "leases": int(count)})
+                        "seen_s_ago": None, "lag_s": None, "leases": int(count), "writes": None})
     out.sort(key=lambda d: (not d["self"], d["seen_s_ago"] is None, d["seen_s_ago"] or 0.0))
     return out
 

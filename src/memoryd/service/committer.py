@@ -1,11 +1,12 @@
 """The write queue and its group committer.
 
-Handlers put units on a bounded queue. One writer thread takes everything
+Handlers put units on a bounded queue. A writer thread takes everything
 queued (up to ``max_batch``), commits it in one transaction, hands the
 outcomes back to the event loop in one callback, and takes the next batch at
 once: it never waits for the loop to answer the last batch's clients. While a
 commit runs, new writes gather for the next one, so throughput rises with
-concurrency. A full queue answers 1004 at once.
+concurrency. A full queue answers 1004 at once. SQLite has one writer thread;
+PostgreSQL ``pg_writers``, each with its own connection, so batches overlap.
 
 A unit's outcome reaches its caller either through a future (``submit``) or,
 on the socket's write fast path, through a plain callback run on the loop
@@ -23,9 +24,11 @@ from datetime import datetime
 from typing import Any
 
 import structlog
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from memoryd.errors import MemorydError, Overloaded, StoreUnavailable
+from memoryd.store.backend import backend_for
+from memoryd.store.engine import is_sqlite
 from memoryd.store.memories import WriteContext
 from memoryd.store.writegate import mark_foreground
 from memoryd.store.writes import UnitOutcome, WriteUnit, commit_units
@@ -37,12 +40,33 @@ Done = Callable[[UnitOutcome], None]
 Pending = tuple[WriteUnit, Done]
 
 
+class _Writer:
+    """One writer thread's own state: the batch it holds, and its connection on PostgreSQL."""
+
+    def __init__(self, index: int):
+        self.index = index
+        #: The batch this writer has taken and not yet handed back.
+        self.in_hand: list[Pending] = []
+        #: Its own connection on PostgreSQL (see GroupCommitter._bind).
+        self.conn: Connection | None = None
+        self.thread: threading.Thread | None = None
+
+
 class GroupCommitter:
-    """Batches concurrent writes into shared transactions, on a writer thread of its own."""
+    """Batches concurrent writes into shared transactions, on writer threads of its own.
+
+    SQLite has one writer thread (the database has one writer). On PostgreSQL
+    ``writers`` threads each take what is queued and commit it on a connection
+    of their own, so one batch's round trips and commit flush overlap the
+    next batch's instead of queueing behind them; concurrent writes of one
+    text or one idempotency key still serialise on their identity locks
+    (Backend.lock_identities), and each transaction appends to an audit lane
+    no other one holds (store/audit.py).
+    """
 
     def __init__(self, engine: Engine, ctx: WriteContext, *, max_queue: int, max_batch: int,
                  clock: Callable[[], datetime], on_commit: Callable[[], None],
-                 access_flush_s: float = 1.0):
+                 access_flush_s: float = 1.0, writers: int = 1):
         self.engine = engine
         self.ctx = ctx
         self.max_queue = max_queue
@@ -57,9 +81,10 @@ class GroupCommitter:
         self._access: dict[str, int] = {}
         self._access_due: float | None = None  # when gathered read counts commit alone (monotonic)
         self._stop = False
-        #: The batch the writer has taken and not yet handed back (writer thread only).
-        self._in_hand: list[Pending] = []
-        self._thread: threading.Thread | None = None
+        self._writers = [_Writer(i) for i in range(1 if is_sqlite(engine) else max(1, writers))]
+        #: Sends other daemons the wake-up after a commit that enqueued jobs (PostgreSQL, once
+        #: the daemon's listener runs); None: each transaction sends its own NOTIFY.
+        self._notify: Callable[[], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Units submitted and not yet answered (event-loop side only).
         self._unresolved = 0
@@ -71,11 +96,16 @@ class GroupCommitter:
         self.store_error: str | None = None
         self.batches = 0
         self.units = 0
+        #: Wall milliseconds of the most recent commits (any writer thread), for the heartbeat.
+        self.commit_ms: deque[float] = deque(maxlen=2048)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._run, name="memoryd-writer", daemon=True)
-        self._thread.start()
+        self._notify = backend_for(self.engine).deferred_notifier(self.engine)
+        for w in self._writers:
+            name = "memoryd-writer" if w.index == 0 else f"memoryd-writer-{w.index}"
+            w.thread = threading.Thread(target=self._run, args=(w,), name=name, daemon=True)
+            w.thread.start()
 
     def submit(self, unit: WriteUnit) -> asyncio.Future[Any]:
         """Queue a unit; its future resolves after the commit. Raises Overloaded when full."""
@@ -122,6 +152,18 @@ class GroupCommitter:
                 self._access_due = time.monotonic() + self.access_flush_s
                 self._cond.notify()
 
+    def write_figures(self, since_units: int, since_s: float, now_s: float) -> dict[str, Any]:
+        """Writes/s since (``since_units``, ``since_s``), the p50/p99 of recent commits, the queue."""
+        recent = sorted(self.commit_ms)
+        self.commit_ms.clear()
+
+        def pct(p: float) -> float | None:
+            return round(recent[min(len(recent) - 1, int(p * len(recent)))], 2) if recent else None
+
+        elapsed = max(1e-9, now_s - since_s)
+        return {"per_s": round((self.units - since_units) / elapsed, 1), "commits": len(recent),
+                "commit_p50_ms": pct(0.50), "commit_p99_ms": pct(0.99), "queue": self.depth}
+
     @property
     def depth(self) -> int:
         """Units waiting for a commit (not counting the batch being committed)."""
@@ -132,20 +174,21 @@ class GroupCommitter:
                                 "written; restart memoryd and report the log's commit.writer_crashed")
 
     # -- the writer thread ----------------------------------------------------------
-    def _run(self) -> None:
+    def _run(self, w: _Writer) -> None:
         mark_foreground()  # clients wait on this thread: it goes first at the write gate
         try:
-            self._loop_batches()
+            self._loop_batches(w)
+            self._drop_connection(w)
         except BaseException as exc:  # a bug: never leave callers waiting on a dead thread
-            log.exception("commit.writer_crashed")
+            log.exception("commit.writer_crashed", writer=w.index)
             with self._cond:
                 self.broken = f"{type(exc).__name__}: {exc}"
-                stranded = self._in_hand + list(self._pending)
+                stranded = w.in_hand + list(self._pending)
                 self._pending.clear()
             if stranded:
                 self._hand_back(stranded, [self._broken_error() for _ in stranded])
 
-    def _loop_batches(self) -> None:
+    def _loop_batches(self, w: _Writer) -> None:
         while True:
             with self._cond:
                 while not self._pending and not self._stop:
@@ -157,21 +200,47 @@ class GroupCommitter:
                         break  # the read counts gathered long enough: commit them alone
                     self._cond.wait(wait)
                 batch = [self._pending.popleft() for _ in range(min(len(self._pending), self.max_batch))]
-                self._in_hand = batch
+                w.in_hand = batch
                 last = self._stop and not self._pending
                 access, self._access, self._access_due = self._access, {}, None
             if batch or access:
-                outcomes = self._commit([unit for unit, _ in batch], access)
+                outcomes = self._commit(w, [unit for unit, _ in batch], access)
                 handed = not batch or self._hand_back(batch, outcomes)
-                self._in_hand = []
+                w.in_hand = []
                 if not handed:
                     return
             if last:
                 return
 
-    def _commit(self, units: list[WriteUnit], access: dict[str, int]) -> list[UnitOutcome]:
+    def _bind(self, w: _Writer) -> Engine | Connection:
+        """What a batch commits through: on PostgreSQL a connection this writer keeps (a pool
+        checkout pings the server first: one more round trip per batch), reopened after a
+        failed transaction; on SQLite the engine (its write gate hooks each checkout)."""
+        if is_sqlite(self.engine):
+            return self.engine
+        if w.conn is None or w.conn.closed or w.conn.invalidated:
+            w.conn = self.engine.connect()
+            if self._notify is not None:
+                # Its commits leave the wake-up to the notifier (store/postgres/notify.py).
+                backend_for(self.engine).defer_notify(w.conn)
+        return w.conn
+
+    def _drop_connection(self, w: _Writer) -> None:
+        if w.conn is not None:
+            try:
+                # The pool hands this connection to others next: their transactions notify.
+                if not w.conn.invalidated and not w.conn.closed:
+                    backend_for(self.engine).defer_notify(w.conn, defer=False)
+                w.conn.close()
+            except Exception as exc:  # a dead connection may fail to close: it is dropped anyway
+                log.warning("commit.connection_close_failed", error=str(exc))
+            w.conn = None
+
+    def _commit(self, w: _Writer, units: list[WriteUnit], access: dict[str, int]) -> list[UnitOutcome]:
+        started = time.perf_counter()
         try:
-            outcomes = commit_units(self.engine, units, self.ctx, self.clock(), access)
+            outcomes = commit_units(self._bind(w), units, self.ctx, self.clock(), access)
+            self.commit_ms.append((time.perf_counter() - started) * 1000.0)
         except Exception as exc:  # a bug, not a store condition: fail the batch loudly
             log.exception("commit.crashed", units=len(units))
             err = MemorydError(f"write failed: {exc}; see the daemon log; nothing was written")
@@ -179,6 +248,11 @@ class GroupCommitter:
         # commit_units answers a failed transaction with one shared error for every unit.
         failed_whole = bool(outcomes) and isinstance(outcomes[0], StoreUnavailable) and all(
             o is outcomes[0] for o in outcomes)
+        if w.conn is not None and backend_for(self.engine).take_notify(w.conn) and not failed_whole:
+            assert self._notify is not None
+            self._notify()  # committed jobs: wake the other daemons now
+        if failed_whole or not outcomes:
+            self._drop_connection(w)  # a server restart or a broken session: the next batch reconnects
         if outcomes:
             self.store_error = outcomes[0].message if failed_whole else None
         if access and units and all(isinstance(o, StoreUnavailable) for o in outcomes):
@@ -229,6 +303,7 @@ class GroupCommitter:
             await asyncio.sleep(0.01)
         with self._cond:
             self._stop = True
-            self._cond.notify()
-        if self._thread is not None:
-            await loop.run_in_executor(None, self._thread.join, max(0.0, deadline - loop.time()) + 5.0)
+            self._cond.notify_all()
+        for w in self._writers:
+            if w.thread is not None:
+                await loop.run_in_executor(None, w.thread.join, max(0.0, deadline - loop.time()) + 5.0)

@@ -419,10 +419,13 @@ class Dispatcher:
         return await self.committer.submit(WriteUnit([], f"operator:{peer.actor}", op=op))
 
     async def audit_verify(self, params: dict[str, Any], peer: Peer) -> Any:
+        # expect_heads: a previous answer's "heads" kept outside the database (store/audit.py).
+        validation.check_known(params, {"expect_heads"})
+        expect = audit.parse_heads(params.get("expect_heads"))
+
         def run() -> Any:
             with read_only(self.engine) as conn:
-                checked, broken = audit.verify(conn)
-            return {"ok": broken is None, "events": checked, "first_break_seq": broken}
+                return audit.check(conn, expect).as_dict()
 
         return await self._read(run)
 

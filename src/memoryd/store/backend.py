@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import ColumnElement, Connection, Engine, Select, Table
@@ -63,9 +64,39 @@ class Backend(ABC):
     def lock_claim(self, pick: Select[Any]) -> Select[Any]:
         """The job-claim subquery, made safe against other claimers (store/queue jobs.claim)."""
 
-    def serialize_audit(self, conn: Connection) -> None:  # noqa: B027 - optional hook
-        """Make this transaction the only one appending to the audit chain until it ends
-        (SQLite's write lock already does)."""
+    def pipeline(self, conn: Connection) -> AbstractContextManager[Any]:
+        """A block in which the statements memoryd runs on the driver's cursor
+        (store/prepared.py) are sent without waiting for each answer: a query's rows
+        arrive when they are fetched, and everything sent before shares that round trip
+        (PostgreSQL's pipeline mode). Only store/prepared.py statements may run inside it.
+        SQLite answers in-process: nothing to pipeline."""
+        return nullcontext()
+
+    def commit_in_pipeline(self, conn: Connection) -> None:  # noqa: B027 - optional hook
+        """Queue this transaction's COMMIT inside :meth:`pipeline`, to go with what was queued
+        before it (SQLite commits when the transaction block ends)."""
+
+    def bulk_insert(self, table: Table, columns: Sequence[str], *, do_nothing: bool = False) -> Any:
+        """One statement that inserts any number of rows into ``table``, each column bound as
+        an array named like it; None where the driver's executemany is as good (SQLite runs
+        it in-process, no round trip per row)."""
+        return None
+
+    def identity_lookup(self, table: Table, extra: Sequence[str]) -> Any:
+        """A query for the rows of ``table`` whose (scope, owner, content_hash) is among the
+        arrays bound as ``s``, ``o`` and ``h``, returning those three then ``extra``; None
+        where the backend binds no arrays (store/groupwrite.py then expands IN lists)."""
+        return None
+
+    def lock_audit_lane(self, pick: Select[Any]) -> Select[Any]:
+        """The audit-lane pick (store/audit.py), made to skip lanes other transactions hold
+        and to hold the one it returns until commit (SQLite's write lock already does)."""
+        return pick
+
+    def try_lock_lane(self, conn: Connection, lane: int) -> bool:
+        """Whether this transaction may open audit lane ``lane``: no other open transaction
+        is opening it (never waits; SQLite's write lock already makes it so)."""
+        return True
 
     def lock_identities(self, conn: Connection, names: Iterable[str]) -> None:  # noqa: B027 - optional hook
         """Make this transaction the only one writing under each of ``names`` (a content
@@ -79,6 +110,19 @@ class Backend(ABC):
     def notify_jobs(self, conn: Connection) -> None:  # noqa: B027 - optional hook
         """Wake the other daemons sharing this store when this transaction commits (a
         single daemon wakes its own runner in-process)."""
+
+    def deferred_notifier(self, engine: Engine) -> Callable[[], None] | None:
+        """What sends the wake-up :meth:`notify_jobs` would have sent, after a commit (None:
+        transactions notify themselves; with no listener started, or on SQLite)."""
+        return None
+
+    def defer_notify(self, conn: Connection, defer: bool = True) -> None:  # noqa: B027 - optional hook
+        """Make :meth:`notify_jobs` on ``conn`` only mark its transaction (see :meth:`take_notify`);
+        ``defer=False`` undoes it (before the connection goes back to the pool)."""
+
+    def take_notify(self, conn: Connection) -> bool:
+        """Whether ``conn``'s last transaction enqueued jobs it did not notify (and forget it)."""
+        return False
 
     def job_listener(self, engine: Engine, wake: Callable[[], None]) -> Stoppable | None:
         """A started listener that calls ``wake`` when another daemon enqueues jobs (None

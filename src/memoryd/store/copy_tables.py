@@ -25,6 +25,7 @@ from sqlalchemy import ColumnElement, Table, and_, true, tuple_
 
 from memoryd.store.schema import (
     audit_events,
+    audit_lanes,
     entities,
     entity_aliases,
     entity_mentions,
@@ -89,6 +90,7 @@ TABLES: tuple[CopiedTable, ...] = (
     CopiedTable(entity_mentions, ("entity_id", "memory_id", "surface")),
     CopiedTable(extractions, ("memory_id",)),
     CopiedTable(audit_events, ("seq",), serial="seq"),
+    CopiedTable(audit_lanes, ("lane",)),
     CopiedTable(jobs, ("id",), serial="id"),
     CopiedTable(meta, ("key",)),
 )

@@ -46,7 +46,8 @@ GATES: weakref.WeakKeyDictionary[Engine, WriteGate] = weakref.WeakKeyDictionary(
 
 
 def create_store_engine(url: str, busy_timeout_ms: int = 5000, pool_size: int = 8, *,
-                        lock_timeout_ms: int = 0, statement_timeout_ms: int = 0) -> Engine:
+                        lock_timeout_ms: int = 0, statement_timeout_ms: int = 0,
+                        max_overflow: int = 8) -> Engine:
     """An engine for ``url`` with memoryd's connection and transaction hooks.
 
     ``lock_timeout_ms`` and ``statement_timeout_ms`` are PostgreSQL's session settings
@@ -57,7 +58,7 @@ def create_store_engine(url: str, busy_timeout_ms: int = 5000, pool_size: int = 
     # engine's error messages, which end up in jobs.last_error, status and the log.
     if not url.startswith("sqlite"):
         return create_engine(postgres_url(url), pool_pre_ping=True, hide_parameters=True,
-                             pool_size=pool_size, max_overflow=8,
+                             pool_size=pool_size, max_overflow=max_overflow,
                              connect_args=postgres_timeouts(lock_timeout_ms, statement_timeout_ms))
     engine = create_engine(
         url,
@@ -83,9 +84,13 @@ def daemon_engine(cfg: Config) -> Engine:
     from memoryd.store.backend import backend_for
     from memoryd.store.copy_guard import refuse_unfinished_copy
 
-    engine = create_store_engine(cfg.resolved_db_url(), cfg.busy_timeout_ms,
+    url = cfg.resolved_db_url()
+    # PostgreSQL: a bounded pool (pg_pool_size, never more), so N daemons hold a known share of
+    # the server's max_connections (docs/postgresql.md). SQLite keeps its default pool.
+    sizes = {} if url.startswith("sqlite") else {"pool_size": cfg.pg_pool_size, "max_overflow": 0}
+    engine = create_store_engine(url, cfg.busy_timeout_ms,
                                  lock_timeout_ms=cfg.pg_lock_timeout_ms or cfg.busy_timeout_ms,
-                                 statement_timeout_ms=cfg.pg_statement_timeout_ms)
+                                 statement_timeout_ms=cfg.pg_statement_timeout_ms, **sizes)
     try:
         # The server first: one that cannot be reached, is too old or lacks pgvector is
         # refused with its fix, before the copy check's query would fail with a traceback.

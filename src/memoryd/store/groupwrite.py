@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, Table, bindparam, insert, select, tuple_, update
+from sqlalchemy import Connection, Select, Table, bindparam, select, tuple_, update
 
 from memoryd.clock import to_rfc3339
 from memoryd.errors import MemorydError
 from memoryd.queue import jobs as jobq
 from memoryd.store import audit, keyed
+from memoryd.store.backend import backend_for
 from memoryd.store.memories import (
     NewMemory,
     WriteContext,
@@ -37,7 +38,7 @@ from memoryd.store.memories import (
     tombstoned_error,
     write_event,
 )
-from memoryd.store.prepared import fetch, prepare, run_many
+from memoryd.store.prepared import Prepared, collect, insert_rows, prepare, run_many, submit
 from memoryd.store.schema import LIVE_STATUSES, memories, tombstones
 
 #: (scope, owner, content hash): the identity duplicates and tombstones are judged on.
@@ -66,10 +67,19 @@ def identity(item: NewMemory) -> Identity:
     return (item.scope, item.owner, item.hash)
 
 
-def _lookup(conn: Connection, table: Table, extra: tuple[str, ...],
-            keys: Sequence[Identity]) -> list[Any]:
-    """Rows of ``table`` whose (scope, owner, content_hash) is among ``keys``: those three, then ``extra``."""
-    found: list[Any] = []
+def _submit_lookup(conn: Connection, table: Table, extra: tuple[str, ...],
+                   keys: Sequence[Identity]) -> list[tuple[Prepared, Any]]:
+    """Send the query (or queries) for the rows of ``table`` whose (scope, owner,
+    content_hash) is among ``keys``; read them with :func:`_collect`."""
+    if not keys:
+        return []
+    backend = backend_for(conn)
+    arrays = backend.identity_lookup(table, extra)
+    if arrays is not None:  # one statement, three array parameters (PostgreSQL)
+        stmt = prepare(conn, ("identity-arrays", table.name, extra), lambda: arrays)
+        scopes, owners, hashes = (list(col) for col in zip(*keys, strict=True))
+        return [(stmt, submit(conn, stmt, {"s": scopes, "o": owners, "h": hashes}, replan=True))]
+    sent = []
     for at in range(0, len(keys), LOOKUP_CHUNK):
         chunk = list(keys[at:at + LOOKUP_CHUNK])
         size = next(n for n in _SIZES if n >= len(chunk))
@@ -83,25 +93,48 @@ def _lookup(conn: Connection, table: Table, extra: tuple[str, ...],
         stmt = prepare(conn, ("identity-lookup", table.name, extra, size), build)
         params = {f"{name}_{i}": value for i, key in enumerate(chunk)
                   for name, value in zip(("scope", "owner", "content_hash"), key, strict=True)}
-        found.extend(fetch(conn, stmt, params))
+        sent.append((stmt, submit(conn, stmt, params)))
+    return sent
+
+
+def _collect(conn: Connection, sent: list[tuple[Prepared, Any]]) -> list[Any]:
+    found: list[Any] = []
+    for stmt, cur in sent:
+        found.extend(collect(conn, stmt, cur))
     return found
+
+
+def _lookup(conn: Connection, table: Table, extra: tuple[str, ...],
+            keys: Sequence[Identity]) -> list[Any]:
+    """Rows of ``table`` whose (scope, owner, content_hash) is among ``keys``: those three, then ``extra``."""
+    return _collect(conn, _submit_lookup(conn, table, extra, keys))
+
+
+def _keyed(key: bytes, keys: set[Identity]) -> dict[Identity, Identity]:
+    """Each identity as tombstones hold it (the owner's keyed hash under ``key``) -> the identity."""
+    return {(scope, keyed.keyed_with(key, owner), chash): (scope, owner, chash)
+            for scope, owner, chash in keys}
 
 
 def tombstoned(conn: Connection, keys: set[Identity]) -> set[Identity]:
     """Which of ``keys`` carry a tombstone (tombstones hold the owner's keyed hash)."""
-    key = keyed.secret(conn)
-    by_keyed = {(scope, keyed.keyed_with(key, owner), chash): (scope, owner, chash)
-                for scope, owner, chash in keys}
+    by_keyed = _keyed(keyed.secret(conn), keys)
     return {by_keyed[(r[0], r[1], r[2])] for r in _lookup(conn, tombstones, (), sorted(by_keyed))}
+
+
+_LIVE_EXTRA = ("id", "recorded_at", "corroboration", "status", "seq")
 
 
 def live_rows(conn: Connection, keys: set[Identity]) -> dict[Identity, _Live]:
     """The oldest live row of each identity in ``keys`` that has one."""
+    return _oldest_live(_lookup(conn, memories, _LIVE_EXTRA, sorted(keys)))
+
+
+def _oldest_live(rows: list[Any]) -> dict[Identity, _Live]:
     # Status is checked here, not in SQL: a status condition there leads SQLite's
     # planner to walk every live row by the status index instead of probing identities.
     found: dict[Identity, tuple[int, _Live]] = {}
-    extra = ("id", "recorded_at", "corroboration", "status", "seq")
-    for r in _lookup(conn, memories, extra, sorted(keys)):
+    for r in rows:
         key = (r[0], r[1], r[2])
         if r[6] in LIVE_STATUSES and (key not in found or r[7] < found[key][0]):
             found[key] = (r[7], _Live(r[3], r[4], r[5]))
@@ -133,9 +166,8 @@ _NEW_ROW_COLUMNS = ("id", "content", "content_hash", "loose_hash", "kind", "scop
 
 
 def _insert_rows(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    stmt = prepare(conn, "insert-memories", lambda: insert(memories).values(
-        {name: bindparam(name) for name in _NEW_ROW_COLUMNS}))
-    run_many(conn, stmt, [{**r, "metadata": json.dumps(r["metadata"])} for r in rows])
+    insert_rows(conn, memories, _NEW_ROW_COLUMNS,
+                [{**r, "metadata": json.dumps(r["metadata"])} for r in rows])
 
 
 def _corroborate(conn: Connection, bumps: Counter[str]) -> None:
@@ -145,18 +177,27 @@ def _corroborate(conn: Connection, bumps: Counter[str]) -> None:
 
 
 def write_plain(conn: Connection, units: Sequence[tuple[Sequence[NewMemory], str]], now: datetime,
-                ctx: WriteContext) -> list[list[dict[str, Any]] | MemorydError]:
+                ctx: WriteContext, secret: bytes | None = None) -> list[list[dict[str, Any]] | MemorydError]:
     """Write plain units (items, actor) in the caller's transaction; one outcome per unit.
+
+    ``secret``: the store's owner key (store/keyed.py), read by the caller before a
+    pipeline, inside which only the driver's cursor may run.
 
     A unit is all or nothing: one tombstoned item refuses the whole unit (1006)
     and nothing of it is written, as on the per-unit path.
     """
     keys = [[identity(item) for item in items] for items, _ in units]
     wanted = {k for unit_keys in keys for k in unit_keys}
-    dead = tombstoned(conn, wanted)
-    live = live_rows(conn, wanted - dead)
+    # Both reads and the audit lane's pick are sent before any answer is read: in
+    # PostgreSQL's pipeline mode (commit_units) they share one round trip.
+    secret = keyed.secret(conn) if secret is None else secret
+    by_keyed = _keyed(secret, wanted)
+    sent_dead = _submit_lookup(conn, tombstones, (), sorted(by_keyed))
+    sent_live = _submit_lookup(conn, memories, _LIVE_EXTRA, sorted(wanted))
+    lane = audit.pick_lane(conn)
+    dead = {by_keyed[(r[0], r[1], r[2])] for r in _collect(conn, sent_dead)}
+    live = {k: v for k, v in _oldest_live(_collect(conn, sent_live)).items() if k not in dead}
     at = to_rfc3339(now)
-    secret = keyed.secret(conn)
     rows: list[dict[str, Any]] = []
     events: list[audit.Event] = []
     bumps: Counter[str] = Counter()
@@ -183,7 +224,7 @@ def write_plain(conn: Connection, units: Sequence[tuple[Sequence[NewMemory], str
         outcomes.append(results)
     _insert_rows(conn, rows)
     _corroborate(conn, bumps)
-    audit.append_many(conn, events)
+    audit.append_many(conn, events, lane)
     jobq.enqueue_many(conn, [(p, r["id"]) for r in rows for p in ctx.passes], now=now.timestamp(),
                       max_attempts=ctx.max_attempts)
     return outcomes

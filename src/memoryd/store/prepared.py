@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Table, bindparam
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -81,6 +81,47 @@ def fetch(conn: Connection, stmt: Prepared, params: Mapping[str, Any]) -> list[A
         cur.close()
 
 
+def submit(conn: Connection, stmt: Prepared, params: Mapping[str, Any], *, replan: bool = False) -> Any:
+    """Send a query and return its open cursor, to :func:`collect` later: on PostgreSQL in
+    pipeline mode (Backend.pipeline) queries sent one after another share one round trip.
+
+    ``replan``: on PostgreSQL, plan the query for these values every time instead of letting
+    the driver prepare it once it repeats: a prepared statement's generic plan is fixed on its
+    sixth run, and a plan made while a new store's table was small (a sequential scan) stays
+    for the connection's life (the group committer keeps its connection)."""
+    cur: Any = conn.connection.cursor()
+    try:
+        if replan and conn.dialect.name == "postgresql":
+            cur.execute(stmt.sql, stmt.bind(params), prepare=False)
+        else:
+            cur.execute(stmt.sql, stmt.bind(params))
+    except conn.dialect.loaded_dbapi.Error as exc:
+        cur.close()
+        raise _sqlalchemy_error(conn, stmt, exc) from exc
+    return cur
+
+
+def collect(conn: Connection, stmt: Prepared, cur: Any) -> list[Any]:
+    """The rows of a query :func:`submit` sent (closes its cursor)."""
+    try:
+        return list(cur.fetchall())
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _sqlalchemy_error(conn, stmt, exc) from exc
+    finally:
+        cur.close()
+
+
+def run(conn: Connection, stmt: Prepared, params: Mapping[str, Any]) -> None:
+    """Run one statement that returns no rows (in pipeline mode it is only queued)."""
+    cur = conn.connection.cursor()
+    try:
+        cur.execute(stmt.sql, stmt.bind(params))
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _sqlalchemy_error(conn, stmt, exc) from exc
+    finally:
+        cur.close()
+
+
 def run_many(conn: Connection, stmt: Prepared, rows: Sequence[Mapping[str, Any]]) -> None:
     """Run a DML statement once per parameter set, in one driver call."""
     if not rows:
@@ -101,3 +142,29 @@ def _sqlalchemy_error(conn: Connection, stmt: Prepared, exc: Exception) -> BaseE
     taken for a bug. Parameters hidden, as the engine hides them (they may hold memory text)."""
     return DBAPIError.instance(stmt.sql, None, exc, conn.dialect.loaded_dbapi.Error,
                                hide_parameters=True, dialect=conn.dialect)
+
+
+def insert_rows(conn: Connection, table: Table, columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
+                *, do_nothing: bool = False) -> None:
+    """Insert ``rows`` (each a value per name in ``columns``) into ``table``: one multi-row
+    statement where the backend has one (PostgreSQL: store/postgres/bulk.py), else one
+    executemany of a single-row INSERT. ``do_nothing``: skip a row that conflicts."""
+    if not rows:
+        return
+    from memoryd.store.backend import backend_for  # the backends import this module
+
+    backend = backend_for(conn)
+    key = ("insert-rows", table.name, tuple(columns), do_nothing)
+    bulk = backend.bulk_insert(table, columns, do_nothing=do_nothing)
+    if bulk is not None:
+        stmt = prepare(conn, key, lambda: bulk)
+        run(conn, stmt, {name: [r[name] for r in rows] for name in columns})
+        return
+
+    def single() -> ClauseElement:
+        ins = backend.insert(table)
+        if do_nothing:
+            ins = ins.on_conflict_do_nothing()
+        return ins.values({name: bindparam(name) for name in columns})
+
+    run_many(conn, prepare(conn, key, single), rows)

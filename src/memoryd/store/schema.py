@@ -109,7 +109,21 @@ audit_events = Table(
     Column("detail", JSON, nullable=False),  # ids, hashes and changed fields; never content
     Column("prev_hash", String(64), nullable=False),
     Column("hash", String(64), nullable=False),
+    # The chain ("lane") the event is linked into (store/audit.py; migration 0010).
+    Column("lane", Integer, nullable=False, server_default=text("0")),
     Index("ix_audit_memory", "memory_id"),
+)
+
+#: One row per audit lane: its event count and newest hash (a truncated lane no longer
+#: matches it), held FOR UPDATE by the transaction appending to the lane.
+audit_lanes = Table(
+    "audit_lanes",
+    metadata,
+    Column("lane", Integer, primary_key=True, autoincrement=False),
+    Column("n", Integer, nullable=False),
+    Column("hash", String(64), nullable=False),
+    Column("opened_at", String(32), nullable=False),
+    Column("opened_by", String(128), nullable=False),
 )
 
 idempotency_keys = Table(

@@ -107,7 +107,10 @@ def _key_audit_owners(bind: sa.Connection, key: bytes) -> None:
     prev: str | None = None  # None until the first changed event: the chain before it stands
     after = 0
     while True:
-        rows = bind.execute(sa.select(audit_events).where(audit_events.c.seq > after)
+        # Columns named: the table gains columns in later revisions (0010's lane).
+        cols = [audit_events.c[name] for name in ("seq", "at", "actor", "action", "memory_id", "detail",
+                                                   "prev_hash")]
+        rows = bind.execute(sa.select(*cols).where(audit_events.c.seq > after)
                             .order_by(audit_events.c.seq).limit(BATCH)).all()
         if not rows:
             return
