@@ -218,3 +218,32 @@ def test_searches_beside_a_growing_graph_never_see_a_resize_under_them() -> None
         r.join()
     assert not errors, errors[0]
     assert graph.index.element_count == 3000
+
+
+def test_opening_the_graphs_never_holds_the_write_lock(store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan and the builds read in deferred transactions: the daemon's engine begins
+    IMMEDIATE by default, and a minutes-long scan of a large store holding the write lock made
+    the daemon's own start fail with 'database is locked' (bench/search.py at 1M)."""
+    import threading
+    import time
+
+    from memoryd.store.engine import create_store_engine
+
+    engine, _, _, directory = store
+    scan = AnnSet._scan
+
+    def slow_scan(self: AnnSet, conn: object) -> None:
+        scan(self, conn)  # type: ignore[arg-type]
+        time.sleep(1.5)
+
+    monkeypatch.setattr(AnnSet, "_scan", slow_scan)
+    ann = AnnSet(engine, directory, min_rows=MIN_ROWS)
+    opener = threading.Thread(target=ann.open)
+    opener.start()
+    time.sleep(0.5)
+    writer = create_store_engine(f"sqlite:///{engine.url.database}", busy_timeout_ms=200)
+    with writer.begin() as conn:
+        conn.execute(text("UPDATE memories SET importance = 0.6 WHERE seq = 1"))
+    writer.dispose()
+    opener.join()
+    assert ann.ready.is_set()

@@ -51,6 +51,7 @@ import structlog
 from sqlalchemy import Connection, Engine
 
 from memoryd.privatefs import make_dirs, open_private
+from memoryd.store.engine import read_only
 from memoryd.store.sqlite.ann import OwnerIndex
 
 log = structlog.get_logger(__name__)
@@ -181,7 +182,7 @@ class AnnSet:
         """Load the saved graphs that still fit the store, scan the store's vectors, catch up,
         and build the graphs of large owners that have none."""
         t0 = time.perf_counter()
-        with self.engine.connect() as conn, conn.begin():
+        with read_only(self.engine) as conn:
             self.dim, self.model = _settings(conn)
             last = _last_log_id(conn)
             self._scan(conn)
@@ -207,7 +208,7 @@ class AnnSet:
         done = 0
         with self._lock:
             while True:
-                with self.engine.connect() as conn, conn.begin():
+                with read_only(self.engine) as conn:
                     rows = conn.exec_driver_sql(
                         "SELECT id, memory_seq FROM vector_index_log WHERE id > ? ORDER BY id LIMIT ?",
                         (self.applied, LOG_PAGE)).all()
@@ -281,7 +282,7 @@ class AnnSet:
     def _build_grown(self) -> None:
         """Build a graph for each owner that reached ``min_rows`` and has none."""
         if self.dim is None:
-            with self.engine.connect() as conn:
+            with read_only(self.engine) as conn:
                 self.dim, self.model = _settings(conn)
         for owner, count in sorted(self.counts.items(), key=lambda kv: -kv[1]):
             if count >= self.min_rows and owner not in self.indexes and not self._stop.is_set():
@@ -293,7 +294,7 @@ class AnnSet:
         assert self.dim is not None
         t0 = time.perf_counter()
         graph = OwnerIndex(owner, self.dim)
-        with self.engine.connect() as conn, conn.begin():  # one snapshot: the vectors and the log id
+        with read_only(self.engine) as conn:  # one snapshot: the vectors and the log id
             since = _last_log_id(conn)
             # vec0's own scan of the owner's partition, its owner_id filtered as it goes.
             result = conn.exec_driver_sql(
@@ -305,7 +306,7 @@ class AnnSet:
                 graph.add(labels, vecs, threads=self.threads)
         with self._lock:
             # Entries after the snapshot, up to what the other graphs hold, for this graph alone.
-            with self.engine.connect() as conn, conn.begin():
+            with read_only(self.engine) as conn:
                 rows = conn.exec_driver_sql(
                     "SELECT DISTINCT memory_seq FROM vector_index_log WHERE id > ? AND id <= ?",
                     (since, self.applied)).all()
@@ -417,7 +418,7 @@ class AnnSet:
 
     def status(self) -> dict[str, Any]:
         """What ``memoryd status`` shows of the graphs (``behind``: log entries not applied yet)."""
-        with self.engine.connect() as conn:
+        with read_only(self.engine) as conn:
             last = _last_log_id(conn)
         graphs = dict(self.indexes)
         return {"ready": self.ready.is_set(), "graphs": len(graphs),
