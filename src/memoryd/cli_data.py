@@ -236,14 +236,22 @@ def export_cmd(socket_path: str | None, config_path: str | None, scope: str | No
               help="Memories per memory.write_many call.")
 @click.option("--no-vectors", is_flag=True,
               help="Ignore the file's vectors: this daemon embeds every memory again.")
+@click.option("--progress/--no-progress", "progress", default=None,
+              help="Show progress on stderr (default: when stderr is a terminal; forced on, a "
+                   "line every few seconds).")
 def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, file: str,
-               batch_size: int, no_vectors: bool) -> None:
+               batch_size: int, no_vectors: bool, progress: bool | None) -> None:
     """Write the memories of an export into this store through memory.write_many.
 
+    The file (or - for stdin) is read line by line and written in batches as
+    it is read, so a file of any size takes the same memory; progress
+    (memories done of the header's total, memories/s) goes to stderr.
+
     Each line is written with an idempotency key derived from it, so an import
-    that was interrupted can be run again: nothing is written twice (within
-    the idempotency window, 48 h by default). Status, record times, citations
-    and links are restored. Prints written, duplicates and refused lines.
+    that was interrupted (Ctrl-C included) can be run again: nothing is
+    written twice (within the idempotency window, 48 h by default). Status,
+    record times, citations and links are restored. Prints written,
+    duplicates and refused lines.
 
     A memory's vector (export --with-vectors) is kept when this daemon's
     embedder is the model that made it and the memory's text is the one it
@@ -263,45 +271,134 @@ def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, 
     \b
     Example:
       memoryd import memories.jsonl
+      memoryd export --with-vectors --socket /old/memoryd.sock | memoryd import -
       memoryd import --json memories.jsonl | jq .refused
     """
     from memoryd.cli import _load
     from memoryd.client import ClientError
     from memoryd.exchange import exportfile
-    from memoryd.exchange.importer import DEFAULT_BATCH_BYTES, Importer
+    from memoryd.exchange.importer import DEFAULT_BATCH_BYTES, Importer, prefetch
 
     cfg = _load(config_path, socket_path)
     stream: IO[bytes] = sys.stdin.buffer if file == "-" else open(file, "rb")  # noqa: SIM115
     try:
-        export = exportfile.read(stream)
-    except exportfile.FormatError as exc:
-        click.echo(f"Error: {file}: {exc}", err=True)
-        sys.exit(EXIT_ERROR)
+        try:
+            reader = exportfile.Reader(stream)
+        except exportfile.FormatError as exc:
+            click.echo(f"Error: {file}: {exc}", err=True)
+            sys.exit(EXIT_ERROR)
+        size = None if file == "-" else _file_size(file)
+        shown = sys.stderr.isatty() and not as_json if progress is None else progress
+        meter = ImportProgress(reader.total, size, lambda: reader.bytes_read, enabled=shown)
+        with _session(cfg, admin=True) as call, Importer(
+                call, batch_size=batch_size, keep_vectors=not no_vectors, progress=meter.update,
+                # A batch stays under the frame limit (vectors make records ~3 KB each).
+                batch_bytes=min(DEFAULT_BATCH_BYTES, cfg.max_frame_bytes * 3 // 4)) as importer:
+            try:
+                summary = importer.run(prefetch(reader))
+            except (ClientError, KeyboardInterrupt) as exc:
+                meter.finish()
+                why = ("interrupted" if isinstance(exc, KeyboardInterrupt)
+                       else f"Error {exc.code}: {exc.message}")
+                click.echo(f"{why}; {importer.summary.done} records were imported or refused (the "
+                           f"file up to line {importer.last_line}); run the same import again to "
+                           "finish (nothing is written twice)", err=True)
+                sys.exit(EXIT_ERROR)
+            meter.finish(summary)
     finally:
         if file != "-":
             stream.close()
-    with _session(cfg, admin=True) as call, _Progress("import", sys.stderr.isatty() and not as_json) as bar:
-        bar.start(len(export.memories))
-        # A batch stays under the frame limit (vectors make records ~3 KB each).
-        importer = Importer(call, batch_size=batch_size,
-                            batch_bytes=min(DEFAULT_BATCH_BYTES, cfg.max_frame_bytes * 3 // 4),
-                            keep_vectors=not no_vectors,
-                            progress=lambda n: bar.advance(n, f"{importer.summary.vectors_kept} "
-                                                              "vectors kept"))
-        try:
-            summary = importer.run(export)
-        except ClientError as exc:
-            done = importer.summary.written + importer.summary.duplicates
-            click.echo(f"Error {exc.code}: {exc.message}; {done} of {len(export.memories)} records were "
-                       "imported; run the same import again to finish (nothing is written twice)",
-                       err=True)
-            sys.exit(EXIT_ERROR)
     report = summary.as_dict()
     if as_json:
         _print_json(report)
     else:
         _print_summary(report, Path(file).name)
     sys.exit(1 if summary.refused or summary.bad_lines else 0)
+
+
+def _file_size(file: str) -> int | None:
+    """The size of a regular file (None for a pipe or a device: no fraction to show)."""
+    import stat
+
+    info = Path(file).stat()
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+class ImportProgress:
+    """``memoryd import``'s progress on stderr: memories done (of the header's total, or the
+    bytes read of the file's size), memories/s and what is left. On a terminal one line is
+    redrawn a few times a second; forced on elsewhere (--progress), a line every 5 s."""
+
+    def __init__(self, total: int | None, size: int | None, bytes_read: Callable[[], int], *,
+                 enabled: bool, clock: Callable[[], float] | None = None):
+        import time
+
+        self.total = total
+        self.size = size
+        self.bytes_read = bytes_read
+        self.enabled = enabled
+        self.clock = clock or time.monotonic
+        self.tty = sys.stderr.isatty()
+        self.start = self.clock()
+        self.last = -1e9
+        self.line = ""
+
+    def text(self, done: int, kept: int) -> str:
+        """The progress line for ``done`` memories (``kept`` with their vectors) so far."""
+        elapsed = max(self.clock() - self.start, 1e-9)
+        rate = done / elapsed
+        parts = [f"{done:,} of {self.total:,} memories" if self.total else f"{done:,} memories"]
+        if self.total:
+            fraction: float | None = min(done / self.total, 1.0)
+        elif self.size:
+            fraction = min(self.bytes_read() / self.size, 1.0)
+            parts.append(f"{self.bytes_read() / 1e6:,.0f} of {self.size / 1e6:,.0f} MB")
+        else:
+            fraction = None
+        if fraction is not None:
+            parts[0] += f" ({fraction:.0%})"
+        parts.append(f"{rate:,.0f}/s")
+        parts.append(f"{kept:,} vectors kept")
+        if fraction and rate and fraction < 1:
+            left = elapsed * (1 - fraction) / fraction
+            parts.append(f"~{_duration(left)} left")
+        parts.append(f"{_duration(elapsed)} so far")
+        return "import: " + " · ".join(parts)
+
+    def update(self, summary: Any) -> None:
+        """After a batch: redraw when it is time to."""
+        if not self.enabled:
+            return
+        now = self.clock()
+        if now - self.last < (0.25 if self.tty else 5.0):
+            return
+        self.last = now
+        self._show(self.text(summary.done, summary.vectors_kept), final=False)
+
+    def finish(self, summary: Any = None) -> None:
+        """The last line (and a newline after a redrawn one)."""
+        if not self.enabled:
+            return
+        if summary is not None:
+            self._show(self.text(summary.done, summary.vectors_kept), final=True)
+        elif self.tty and self.line:
+            click.echo("", err=True)
+
+    def _show(self, line: str, final: bool) -> None:
+        if self.tty:
+            click.echo("\r" + line.ljust(len(self.line)) + ("\n" if final else ""), err=True, nl=False)
+        else:
+            click.echo(line, err=True)
+        self.line = line
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def _print_summary(report: dict[str, Any], name: str) -> None:

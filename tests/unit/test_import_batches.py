@@ -21,7 +21,7 @@ HEADER = {"record": "header", "format": "memoryd-export", "format_version": 1, "
 FRAME = 1 << 20
 
 
-def _export(n: int, content_bytes: int = 200) -> exportfile.ExportFile:
+def _export(n: int, content_bytes: int = 200) -> exportfile.Reader:
     vector = {"model": "m", "dim": 384, "encoding": "f32le-base64", "content_hash": "0" * 64,
               "data": base64.b64encode(bytes(384 * 4)).decode()}
     lines = [json.dumps(HEADER)]
@@ -30,7 +30,7 @@ def _export(n: int, content_bytes: int = 200) -> exportfile.ExportFile:
                                  "scope": "agent", "agent_id": "a1", "recorded_at": "2025-01-01T00:00:00Z",
                                  "vector": vector}))
     lines.append(json.dumps({"record": "end", "count": n}))
-    return exportfile.read(io.BytesIO(("\n".join(lines) + "\n").encode()))
+    return exportfile.Reader(io.BytesIO(("\n".join(lines) + "\n").encode()))
 
 
 def _recorder() -> tuple[list[dict[str, Any]], Any]:

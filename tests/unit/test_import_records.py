@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from memoryd.clock import to_rfc3339
 from memoryd.config import Config
 from memoryd.exchange import exportfile
-from memoryd.exchange.importer import Importer, plan
+from memoryd.exchange.importer import Importer
 from memoryd.service.validation import parse_write_request
 
 HEADER = json.dumps({"record": "header", "format": "memoryd-export", "format_version": 1,
@@ -143,6 +143,27 @@ def read_lines(*lines: bytes) -> exportfile.ExportFile:
     return exportfile.read(io.BytesIO(HEADER.encode() + b"\n" + b"\n".join(lines) + b"\n"))
 
 
+def stream_lines(*lines: bytes) -> exportfile.Reader:
+    return exportfile.Reader(io.BytesIO(HEADER.encode() + b"\n" + b"\n".join(lines) + b"\n"))
+
+
+def answering(check: bool) -> Any:
+    """A memory.write_many that answers a new id per item; ``check``: each item is first
+    validated as the daemon's operator socket validates it (raises when it would refuse)."""
+    count = [0]
+
+    def call(method: str, params: dict[str, Any]) -> Any:
+        results = []
+        for item in params["items"]:
+            if check:
+                parse_write_request(item, CFG, admin=True)
+            count[0] += 1
+            results.append({"id": f"mem_new{count[0]}", "queued": []})
+        return {"results": results}
+
+    return call
+
+
 def line_of(record: dict[str, Any]) -> bytes:
     # ensure_ascii: a lone surrogate is written as the \ud800 escape a hostile file would hold.
     return json.dumps(record, ensure_ascii=True).encode()
@@ -190,14 +211,11 @@ def test_valid_records_pass_and_their_writes_pass_the_daemons_validation(found: 
         record["id"] = f"mem_{i}"
         if i:
             record["links"] = [{"kind": "cites", "to": f"mem_{i - 1}", "created_at": record["recorded_at"]}]
-    export = read_lines(*(line_of(r) for r in found))
-    assert export.refused == [] and export.bad_lines == []
-    importer = Importer(lambda method, params: None)
-    order, skipped = plan(export)
-    assert skipped == 0
-    importer.new_ids.update({p.source_id: "mem_01J00000000000000000000000" for p in order})
-    for item in order:
-        parse_write_request(importer.params(item), CFG, admin=True)
+    with Importer(answering(check=True), batch_size=2) as importer:
+        summary = importer.run(stream_lines(*(line_of(r) for r in found)))
+    assert summary.refused == [] and summary.bad_lines == []
+    assert summary.written == len(found)
+    assert (summary.links_restored, summary.links_skipped) == (len(found) - 1, 0)
 
 
 raw_lines = st.one_of(
@@ -227,10 +245,11 @@ def test_any_lines_are_each_read_refused_or_counted_and_reading_never_raises(lin
     others = sum(1 for b in body if b.strip()) - len(numbers)
     assert others == export.unknown_records + sum(1 for b in body if _is_record(b, ("end",)))
 
-    order, _ = plan(export)  # planning the records that were kept must not raise either
-    importer = Importer(lambda method, params: None)
-    for item in order:
-        importer.params(item)
+    # Importing the records that were kept (links and all) must not raise either.
+    with Importer(answering(check=False), batch_size=3) as importer:
+        summary = importer.run(stream_lines(*body))
+    assert summary.written == len(export.memories)
+    assert [(r.line, r.field) for r in summary.refused] == [(r.line, r.field) for r in export.refused]
 
 
 def _is_record(line: bytes, kinds: tuple[str, ...]) -> bool:

@@ -1,32 +1,51 @@
-"""Import an export through ``memory.write_many`` on the operator socket.
+"""Import an export through ``memory.write_many`` on the operator socket, streaming.
 
-The file is untrusted: exchange/records.py has already refused the lines it
-cannot read and the records of the wrong shape (by line and field), so every
-record planned here has fields a write can be built from; what the target
-store refuses is refused per record, and the rest is written.
+The file is untrusted: exchange/exportfile.py's Reader refuses the lines it
+cannot read and the records of the wrong shape (by line and field) as it goes,
+so every record handed here has fields a write can be built from; what the
+target store refuses is refused per record, and the rest is written.
+
+The file is read line by line and written in batches as it is read: what the
+importer holds is one batch, the lines read ahead of it (:func:`prefetch`),
+the links still waiting for a row further down the file, and the refusals it
+reports; the map from exported ids to new ids lives in a temporary SQLite file
+(:class:`IdMap`). So memory stays flat whatever the file's size.
 
 Each memory record becomes a write whose idempotency key is derived from the
-record (its exported id and its content), so an import that is cut short and
-run again writes every row once. The write carries a ``restore`` block with
-the row's status, record times and counters, and its links to rows already
-imported (by their new ids).
+record (its exported id and its content), so an import that is cut short (a
+crash, Ctrl-C) and run again writes every row once. The write carries a
+``restore`` block with the row's status, record times and counters, and its
+links to rows already imported (by their new ids).
 
 A link is sent with whichever of its two rows is written later, so its other
-end already has a new id. Rows are written in layers: first every row that
-needs no other row, then the rows that link only to those, and so on; within
-a layer, in file order, in batches.
+end already has a new id: a link to a row further down the file waits for that
+row; a link to a row in the batch being filled sends that batch first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import queue
+import sqlite3
+import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
-from memoryd.exchange.exportfile import RESTORE_FIELDS, WRITE_FIELDS, ExportFile
+from memoryd.exchange.exportfile import (
+    RESTORE_FIELDS,
+    WRITE_FIELDS,
+    BadLine,
+    EndLine,
+    Entry,
+    MemoryLine,
+    RefusedLine,
+)
 
 #: A function that sends one request to the operator socket and returns its result.
 Call = Callable[[str, dict[str, Any]], Any]
@@ -43,6 +62,11 @@ RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 4.0)
 #: About how many bytes of write params one memory.write_many call carries at most: under the
 #: default max_frame_bytes (1 MiB), with room for the JSON-RPC envelope.
 DEFAULT_BATCH_BYTES = 768 << 10
+#: Lines read and checked ahead of the batch being written (a reader thread does it while
+#: the daemon commits): a few batches' worth, so memory stays bounded.
+READ_AHEAD = 2000
+
+T = TypeVar("T")
 
 
 def record_bytes(record: dict[str, Any]) -> int:
@@ -63,6 +87,84 @@ def idempotency_key(source_id: str, content: str) -> str:
     return f"import:{digest[:48]}"
 
 
+def prefetch(items: Iterable[T], depth: int = READ_AHEAD) -> Iterator[T]:
+    """``items`` read on a thread of their own, at most ``depth`` ahead of the consumer: the
+    file is parsed and checked while the daemon commits the batch before. An exception in
+    the reader is raised in the consumer; a consumer that stops early stops the reader."""
+    box: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+
+    def put(kind: str, value: Any) -> bool:
+        while not stop.is_set():
+            try:
+                box.put((kind, value), timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for item in items:
+                if not put("item", item):
+                    return
+        except BaseException as exc:  # handed to the consumer, which raises it
+            put("error", exc)
+            return
+        put("end", None)
+
+    reader = threading.Thread(target=read, name="import-reader", daemon=True)
+    reader.start()
+    try:
+        while True:
+            kind, value = box.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        reader.join(timeout=1.0)
+
+
+class IdMap:
+    """Exported id -> id in this store, for every row written, in a temporary SQLite file
+    (a million ids would take ~200 MB as a dict; here they take the page cache's 2 MB).
+    The first row written under an exported id keeps it (a file may repeat an id)."""
+
+    def __init__(self, directory: str | Path | None = None):
+        self._dir = tempfile.TemporaryDirectory(prefix="memoryd-import-", dir=directory)
+        self._db = sqlite3.connect(Path(self._dir.name) / "ids.db", check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode = OFF")
+        self._db.execute("PRAGMA synchronous = OFF")
+        self._db.execute("CREATE TABLE ids (source_id TEXT PRIMARY KEY, new_id TEXT NOT NULL) WITHOUT ROWID")
+        self.count = 0
+
+    def add(self, pairs: list[tuple[str, str]]) -> None:
+        """Record (exported id, new id) pairs."""
+        if pairs:
+            with self._db:
+                self.count += self._db.executemany(
+                    "INSERT OR IGNORE INTO ids (source_id, new_id) VALUES (?, ?)", pairs).rowcount
+
+    def get(self, source_id: str) -> str | None:
+        """The new id of ``source_id``, or None when no row was written under it."""
+        row = self._db.execute("SELECT new_id FROM ids WHERE source_id = ?", (source_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def __contains__(self, source_id: object) -> bool:
+        return isinstance(source_id, str) and self.get(source_id) is not None
+
+    def update(self, mapping: dict[str, str]) -> None:
+        self.add(list(mapping.items()))
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
+        self._dir.cleanup()
+
+
 @dataclass
 class Planned:
     """One memory record, ready to write once the rows it links to have new ids."""
@@ -72,7 +174,6 @@ class Planned:
     record: dict[str, Any]
     #: (kind, "to" | "from", the other row's exported id, created_at)
     links: list[tuple[str, str, str, str | None]] = field(default_factory=list)
-    depth: int = 0
 
 
 @dataclass
@@ -100,7 +201,12 @@ class Summary:
     #: Links whose other row is not in this export or was refused.
     links_skipped: int = 0
     bad_lines: list[tuple[int, str]] = field(default_factory=list)
-    complete: bool = True
+    complete: bool = False
+
+    @property
+    def done(self) -> int:
+        """Memory records dealt with so far: written, duplicates and refused."""
+        return self.written + self.duplicates + len(self.refused)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -114,89 +220,103 @@ class Summary:
         }
 
 
-def plan(export: ExportFile) -> tuple[list[Planned], int]:
-    """Order the records for writing; return them and the count of links that cannot be kept."""
-    planned: list[Planned] = []
-    position: dict[str, int] = {}
-    for entry in export.memories:
-        source_id = entry.record["id"]
-        position.setdefault(source_id, len(planned))
-        planned.append(Planned(entry.line, source_id, entry.record))
-    skipped = 0
-    for i, item in enumerate(planned):
-        for link in item.record.get("links") or []:
-            if not isinstance(link, dict):
-                skipped += 1
-                continue
-            kind, dst, created_at = link.get("kind"), link.get("to"), link.get("created_at")
-            j = position.get(dst) if isinstance(dst, str) else None
-            if j is None or j == i or not isinstance(kind, str):
-                skipped += 1
-                continue
-            if j < i:
-                item.links.append((kind, "to", planned[j].source_id, created_at))
-            else:
-                planned[j].links.append((kind, "from", item.source_id, created_at))
-    for i, item in enumerate(planned):
-        # Every link of an item points at an earlier item, so one pass in file order suffices.
-        item.depth = max((planned[position[other]].depth + 1 for _, _, other, _ in item.links), default=0)
-        assert all(position[other] < i for _, _, other, _ in item.links)
-    order = sorted(planned, key=lambda p: p.depth)  # stable: file order within a layer
-    return order, skipped
-
-
 class Importer:
-    """Writes a planned export in batches through ``call`` and keeps the summary."""
+    """Writes an export's entries in batches through ``call`` as they come, and keeps the summary.
+
+    ``progress`` is called with the summary after each batch. Use it as a context manager
+    (or call :meth:`close`) to remove the id map's temporary file.
+    """
 
     def __init__(self, call: Call, *, batch_size: int = 500, batch_bytes: int = DEFAULT_BATCH_BYTES,
-                 progress: Callable[[int], None] | None = None,
+                 progress: Callable[[Summary], None] | None = None,
                  sleep: Callable[[float], None] = time.sleep, keep_vectors: bool = True):
         self.call = call
         #: False: the file's vectors are not sent, and the target embeds every record.
         self.keep_vectors = keep_vectors
         self.batch_size = batch_size
         self.batch_bytes = batch_bytes
-        self.progress = progress or (lambda n: None)
+        self.progress = progress or (lambda summary: None)
         self.sleep = sleep
         #: exported id -> id in this store
-        self.new_ids: dict[str, str] = {}
+        self.new_ids = IdMap()
         self.summary = Summary()
+        #: The batch being filled, its exported ids and its size in bytes.
+        self._batch: list[Planned] = []
+        self._batch_ids: set[str] = set()
+        self._batch_size = 0
+        #: Links from a row already read to a row not read yet, by the later row's exported id:
+        #: (kind, the earlier row's exported id, created_at). Sent with the later row.
+        self._waiting: dict[str, list[tuple[str, str, str | None]]] = {}
+        #: The line of the last record written or refused (every record before it is done too).
+        self.last_line = 0
 
-    def run(self, export: ExportFile) -> Summary:
-        """Import every record; raise the client's error when the daemon cannot take writes."""
-        order, skipped = plan(export)
-        self.summary.records = len(order) + len(export.refused)
-        self.summary.links_skipped = skipped
-        self.summary.bad_lines = list(export.bad_lines)
-        self.summary.refused = [Refusal(r.line, r.source_id, r.reason, r.field) for r in export.refused]
-        self.summary.complete = export.complete
-        layer_start = 0
-        while layer_start < len(order):
-            depth = order[layer_start].depth
-            layer_end = layer_start
-            while layer_end < len(order) and order[layer_end].depth == depth:
-                layer_end += 1
-            for batch in self._batches(order[layer_start:layer_end]):
-                self._write(batch)
-                self.progress(len(batch))
-            layer_start = layer_end
+    def __enter__(self) -> Importer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.new_ids.close()
+
+    def run(self, entries: Iterable[Entry]) -> Summary:
+        """Import every entry, writing as it goes; raise the client's error when the daemon
+        cannot take writes (what was sent before stays written)."""
+        for entry in entries:
+            if isinstance(entry, MemoryLine):
+                self.summary.records += 1
+                self._add(entry)
+            elif isinstance(entry, RefusedLine):
+                self.summary.records += 1
+                self.summary.refused.append(Refusal(entry.line, entry.source_id, entry.reason, entry.field))
+            elif isinstance(entry, BadLine):
+                self.summary.bad_lines.append((entry.line, entry.reason))
+            elif isinstance(entry, EndLine):
+                self.summary.complete = True
+        self._flush()
+        # Links to rows that never came (not in this export, or refused before they were read).
+        self.summary.links_skipped += sum(len(links) for links in self._waiting.values())
+        self._waiting.clear()
         return self.summary
 
-    def _batches(self, layer: list[Planned]) -> Iterator[list[Planned]]:
-        """The layer in batches of at most ``batch_size`` records and about ``batch_bytes`` of
-        request: a record with a vector is ~3 KB, and 500 of them would pass the daemon's
-        max_frame_bytes (1 MiB by default), which refuses the whole call."""
-        batch: list[Planned] = []
-        size = 0
-        for item in layer:
-            cost = record_bytes(item.record)
-            if batch and (len(batch) >= self.batch_size or size + cost > self.batch_bytes):
-                yield batch
-                batch, size = [], 0
-            batch.append(item)
-            size += cost
-        if batch:
-            yield batch
+    def _add(self, entry: MemoryLine) -> None:
+        source_id = entry.record["id"]
+        item = Planned(entry.line, source_id, entry.record)
+        # Links from earlier rows that waited for this one.
+        for kind, other, created_at in self._waiting.pop(source_id, ()):
+            item.links.append((kind, "from", other, created_at))
+        outgoing = []
+        for link in entry.record.get("links") or []:
+            kind, dst, created_at = link.get("kind"), link.get("to"), link.get("created_at")
+            if dst == source_id:
+                self.summary.links_skipped += 1
+                continue
+            outgoing.append((kind, dst, created_at))
+        # A row this one links to that is still in the batch gets its new id first.
+        if any(other in self._batch_ids for _, _, other, _ in item.links) or any(
+                dst in self._batch_ids for _, dst, _ in outgoing):
+            self._flush()
+        for kind, dst, created_at in outgoing:
+            if dst in self.new_ids:
+                item.links.append((kind, "to", dst, created_at))
+            else:  # further down the file (or never): sent with that row
+                self._waiting.setdefault(dst, []).append((kind, source_id, created_at))
+        cost = record_bytes(entry.record)
+        full = len(self._batch) >= self.batch_size or self._batch_size + cost > self.batch_bytes
+        if self._batch and full:
+            self._flush()
+        self._batch.append(item)
+        self._batch_ids.add(source_id)
+        self._batch_size += cost
+
+    def _flush(self) -> None:
+        if not self._batch:
+            return
+        batch = self._batch
+        self._batch, self._batch_ids, self._batch_size = [], set(), 0
+        self._write(batch)
+        self.last_line = batch[-1].line
+        self.progress(self.summary)
 
     def params(self, item: Planned) -> dict[str, Any]:
         """The write params of one record, its links resolved to new ids."""
@@ -207,8 +327,9 @@ class Importer:
         restore["source_id"] = item.source_id
         links = []
         for kind, direction, other, created_at in item.links:
-            if other in self.new_ids:
-                link = {"kind": kind, direction: self.new_ids[other]}
+            new_id = self.new_ids.get(other)
+            if new_id is not None:
+                link = {"kind": kind, direction: new_id}
                 if created_at:
                     link["created_at"] = created_at
                 links.append(link)
@@ -246,21 +367,27 @@ class Importer:
                     raise
                 self._refuse(pending[0], f"{exc.message} (error {exc.code})", exc.data.get("field"))
                 return
-            for item, result in zip(pending, results, strict=True):
-                self._record(item, result)
+            # Links are counted before the batch's own ids join the map (as they were sent).
+            for item in pending:
+                self._count_links(item)
+            self.new_ids.add([(item.source_id, result["id"]) for item, result in
+                              zip(pending, results, strict=True)])
+            for result in results:
+                self._record(result)
             return
 
-    def _record(self, item: Planned, result: dict[str, Any]) -> None:
-        self.new_ids[item.source_id] = result["id"]
+    def _count_links(self, item: Planned) -> None:
+        kept = sum(1 for _, _, other, _ in item.links if other in self.new_ids)
+        self.summary.links_restored += kept
+        self.summary.links_skipped += len(item.links) - kept
+
+    def _record(self, result: dict[str, Any]) -> None:
         if result.get("duplicate_of"):
             self.summary.duplicates += 1
         else:
             self.summary.written += 1
         if result.get("vector_kept"):
             self.summary.vectors_kept += 1
-        kept = sum(1 for _, _, other, _ in item.links if other in self.new_ids)
-        self.summary.links_restored += kept
-        self.summary.links_skipped += len(item.links) - kept
 
     def _refuse(self, item: Planned, reason: str, field: Any = None) -> None:
         self.summary.refused.append(Refusal(item.line, item.source_id, reason, record_field(field)))
