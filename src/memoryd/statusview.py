@@ -59,6 +59,9 @@ def status_renderable(s: dict[str, Any], rates: dict[str, float] | None = None,
     gov = s["governor"]
     parts.append(Text(f"governor: {gov['state']} ({gov['reason']}); cpu {gov['cpu_percent']:.0f}%, "
                       f"mem free {gov['mem_available_bytes'] / 1e9:.1f} GB"))
+    index = vector_index_line(s.get("vector_index"))
+    if index is not None:
+        parts.append(index)
     narrow = width is not None and width < WIDE_STATUS_COLUMNS
     caption = (f"{', '.join(SECONDARY_PASS_COLUMNS)}: in a terminal of {WIDE_STATUS_COLUMNS}+ "
                "columns, or with --json") if narrow else None
@@ -104,6 +107,19 @@ def status_renderable(s: dict[str, Any], rates: dict[str, float] | None = None,
     if daemons is not None:
         parts.append(daemons)
     return Group(*parts)
+
+
+def vector_index_line(vi: dict[str, Any] | None) -> Text | None:
+    """The HNSW graphs beside a SQLite store, in one line (None on PostgreSQL or when off)."""
+    if not vi:
+        return None
+    if vi.get("error"):
+        return Text(f"vector index: failed ({vi['error']}); searches scan exactly; "
+                    "run `memoryd store reindex` with the daemon stopped", style="yellow")
+    state = "ready" if vi["ready"] else "opening (searches scan exactly meanwhile)"
+    behind = f", {vi['behind']} changes to apply" if vi.get("behind") else ""
+    return Text(f"vector index: {state}; {vi['graphs']} graph(s) of owners with "
+                f"{vi['min_rows']:,}+ vectors, {vi['vectors_in_graphs']:,} vectors{behind}")
 
 
 def cluster_table(cluster: dict[str, Any] | None) -> Table | None:

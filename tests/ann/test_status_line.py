@@ -1,0 +1,30 @@
+"""`memoryd status` shows the vector index in one line: ready, opening, failed, or nothing."""
+
+from __future__ import annotations
+
+from memoryd.statusview import vector_index_line
+
+READY = {"ready": True, "graphs": 3, "vectors_in_graphs": 250000, "behind": 0, "min_rows": 20000,
+         "ef": 256, "error": None, "saved_log_id": 9}
+
+
+def test_a_ready_index_names_its_graphs_and_vectors() -> None:
+    line = vector_index_line(READY)
+    assert line is not None
+    assert line.plain == "vector index: ready; 3 graph(s) of owners with 20,000+ vectors, 250,000 vectors"
+
+
+def test_an_opening_index_says_searches_scan_exactly_and_what_is_left() -> None:
+    line = vector_index_line({**READY, "ready": False, "behind": 12})
+    assert line is not None
+    assert "opening (searches scan exactly meanwhile)" in line.plain and "12 changes to apply" in line.plain
+
+
+def test_a_failed_index_says_what_to_run() -> None:
+    line = vector_index_line({**READY, "error": "OSError: disk full"})
+    assert line is not None
+    assert "failed (OSError: disk full)" in line.plain and "memoryd store reindex" in line.plain
+
+
+def test_no_index_no_line() -> None:
+    assert vector_index_line(None) is None and vector_index_line({}) is None
