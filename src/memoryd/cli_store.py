@@ -221,7 +221,7 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
         lock.release()
     summary = {"graphs": len(ann.indexes),
                "vectors_in_graphs": int(sum(g.index.element_count for g in ann.indexes.values())),
-               "vectors": int(sum(ann.counts.values())), "seconds": round(seconds, 1),
+               "vectors": ann.counts.total(), "seconds": round(seconds, 1),
                "directory": str(directory)}
     if as_json:
         click.echo(json.dumps(summary))

@@ -25,10 +25,23 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def root() -> Iterator[Path]:
-    """A short folder (a socket path must fit in 108 bytes)."""
+    """A short folder (a socket path must fit in 108 bytes); every daemon started in it is
+    stopped at the end, a failed test's too."""
     path = Path(tempfile.mkdtemp(prefix="ann-", dir="/tmp"))
     yield path
+    for daemon in STARTED:
+        daemon.stop()
+    STARTED.clear()
     shutil.rmtree(path, ignore_errors=True)
+
+
+STARTED: list[SearchDaemon] = []
+
+
+def new_daemon(root: Path, label: str, config: dict) -> SearchDaemon:
+    daemon = SearchDaemon(root, label, "bundled", config)
+    STARTED.append(daemon)
+    return daemon
 
 OWNERS = {"agent:a1": 3000, "agent:a2": 1500, "user:u1": 200}
 CONFIG = {"vector_index_min_rows": 1000, "tick_interval_s": 1.0}
@@ -96,7 +109,7 @@ def add_vectors(daemon: SearchDaemon, owner: str, n: int, seed: int) -> None:
 
 
 def test_kill_9_while_building_and_while_updating_then_restart(root: Path) -> None:
-    daemon = SearchDaemon(root, "ann", "bundled", CONFIG)
+    daemon = new_daemon(root, "ann", CONFIG)
     make_dirs(daemon.data_dir)
     engine, seqs, _ = make_store(daemon.data_dir / "memoryd.db", OWNERS)
     engine.dispose()
@@ -131,7 +144,7 @@ def test_kill_9_while_building_and_while_updating_then_restart(root: Path) -> No
 
 
 def test_forget_leaves_no_vector_or_text_bytes_in_any_index_file(root: Path) -> None:
-    daemon = SearchDaemon(root, "annf", "bundled", {**CONFIG, "retention_interval_s": 1.0})
+    daemon = new_daemon(root, "annf", {**CONFIG, "retention_interval_s": 1.0})
     make_dirs(daemon.data_dir)
     engine, seqs, _ = make_store(daemon.data_dir / "memoryd.db", OWNERS)
     engine.dispose()

@@ -41,7 +41,6 @@ import json
 import os
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,6 +75,8 @@ LOG_PAGE = 2000
 #: A search applies the log itself when it is at most this far behind (each entry can cost an
 #: insert of a few ms into a large graph); further behind, it wakes the index thread instead.
 INLINE_CATCH_UP = 16
+#: Rows of the start-up scan read per step.
+SCAN_CHUNK = 50_000
 #: Vectors added to a graph per call while building (each call releases the GIL).
 BUILD_CHUNK = 5000
 
@@ -107,6 +108,37 @@ class Codes:
         return self._codes.get(name or "")
 
 
+class OwnerCounts:
+    """Vectors per owner id, in an array indexed by id: a store with a million owners of one row
+    each costs 4 MB here, where a dict cost about 100 MB."""
+
+    def __init__(self) -> None:
+        self._n = np.zeros(0, dtype=np.int32)
+
+    def add(self, owner: int, delta: int) -> None:
+        if owner >= len(self._n):
+            self._n = _resized(self._n, max(1024, int((owner + 1) * 1.5)), 0)
+        self._n[owner] += delta
+
+    def add_many(self, owners: np.ndarray) -> None:
+        if len(owners):
+            top = int(owners.max())
+            if top >= len(self._n):
+                self._n = _resized(self._n, max(1024, int((top + 1) * 1.5)), 0)
+            self._n += np.bincount(owners, minlength=len(self._n)).astype(np.int32)
+
+    def get(self, owner: int) -> int:
+        return int(self._n[owner]) if 0 <= owner < len(self._n) else 0
+
+    def total(self) -> int:
+        return int(self._n.sum())
+
+    def at_least(self, rows: int) -> list[tuple[int, int]]:
+        """(owner, count) of the owners with ``rows`` vectors or more, largest first."""
+        ids = np.nonzero(self._n >= rows)[0]
+        return sorted(((int(i), int(self._n[i])) for i in ids), key=lambda kv: -kv[1])
+
+
 class AnnSet:
     """Every large owner's graph for one SQLite store, and what keeps them in step with it."""
 
@@ -124,7 +156,7 @@ class AnnSet:
         self.owner_of = np.full(0, -1, dtype=np.int32)
         self.status_code = np.zeros(0, dtype=np.uint8)
         self.kind_code = np.zeros(0, dtype=np.uint8)
-        self.counts: Counter[int] = Counter()
+        self.counts = OwnerCounts()
         self.statuses = Codes()
         self.kinds = Codes()
         self.dim: int | None = None
@@ -200,7 +232,7 @@ class AnnSet:
         self.save()
         self.ready.set()
         log.info("ann.open", ms=round((time.perf_counter() - t0) * 1000, 1), graphs=len(self.indexes),
-                 vectors=int(sum(self.counts.values())), loaded=n_loaded)
+                 vectors=self.counts.total(), loaded=n_loaded)
 
     # -- the log -----------------------------------------------------------------------------
     def catch_up(self) -> int:
@@ -238,9 +270,9 @@ class AnnSet:
             prev = int(self.owner_of[seq])
             if prev != owner:
                 if prev >= 0:
-                    self.counts[prev] -= 1
+                    self.counts.add(prev, -1)
                 if owner >= 0:
-                    self.counts[owner] += 1
+                    self.counts.add(owner, 1)
                 self.owner_of[seq] = owner
             if row is None:
                 continue
@@ -261,22 +293,25 @@ class AnnSet:
         self.kind_code = _resized(self.kind_code, size, 0)
 
     def _scan(self, conn: Connection) -> None:
-        """Every stored vector's owner, status and kind (from the tables, not the vec0 scan)."""
-        rows = conn.exec_driver_sql(
-            "SELECT mm.memory_seq, o.id, m.status, m.kind FROM memory_vectors_meta mm "
-            "JOIN memories m ON m.seq = mm.memory_seq "
-            "JOIN vector_owners o ON o.scope_key = m.scope || ':' || m.owner").all()
-        top = max((int(r[0]) for r in rows), default=0)
+        """Every stored vector's owner, status and kind (from the tables, not the vec0 scan),
+        read in chunks into the arrays (a million rows never sit in Python lists)."""
+        top = conn.exec_driver_sql("SELECT max(memory_seq) FROM memory_vectors_meta").scalar()
         self.owner_of = np.full(0, -1, dtype=np.int32)
         self.status_code = np.zeros(0, dtype=np.uint8)
         self.kind_code = np.zeros(0, dtype=np.uint8)
-        self._grow(top)
-        self.counts = Counter()
-        for seq, owner, status, kind in rows:
-            self.owner_of[seq] = owner
-            self.status_code[seq] = self.statuses.code(status)
-            self.kind_code[seq] = self.kinds.code(kind)
-            self.counts[int(owner)] += 1
+        self._grow(int(top or 0))
+        self.counts = OwnerCounts()
+        result = conn.exec_driver_sql(
+            "SELECT mm.memory_seq, o.id, m.status, m.kind FROM memory_vectors_meta mm "
+            "JOIN memories m ON m.seq = mm.memory_seq "
+            "JOIN vector_owners o ON o.scope_key = m.scope || ':' || m.owner")
+        while chunk := result.fetchmany(SCAN_CHUNK):
+            seqs = np.fromiter((r[0] for r in chunk), dtype=np.int64, count=len(chunk))
+            owners = np.fromiter((r[1] for r in chunk), dtype=np.int32, count=len(chunk))
+            self.owner_of[seqs] = owners
+            self.status_code[seqs] = [self.statuses.code(r[2]) for r in chunk]
+            self.kind_code[seqs] = [self.kinds.code(r[3]) for r in chunk]
+            self.counts.add_many(owners)
 
     # -- building ----------------------------------------------------------------------------
     def _build_grown(self) -> None:
@@ -284,8 +319,8 @@ class AnnSet:
         if self.dim is None:
             with read_only(self.engine) as conn:
                 self.dim, self.model = _settings(conn)
-        for owner, count in sorted(self.counts.items(), key=lambda kv: -kv[1]):
-            if count >= self.min_rows and owner not in self.indexes and not self._stop.is_set():
+        for owner, _count in self.counts.at_least(self.min_rows):
+            if owner not in self.indexes and not self._stop.is_set():
                 self.build(owner)
 
     def build(self, owner: int) -> OwnerIndex:
@@ -341,7 +376,7 @@ class AnnSet:
         hits: list[tuple[int, float]] = []
         for owner, key in by_graph.items():
             found = graphs[owner].search(query, k, self.ef, allowed)
-            if len(found) < min(k, self.counts.get(owner, 0)):
+            if len(found) < min(k, self.counts.get(owner)):
                 rest.append(key)  # the graph could not fill k under the filter: scan it exactly
             else:
                 hits += found
