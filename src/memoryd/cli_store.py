@@ -183,7 +183,6 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
     from memoryd.store import migrate
     from memoryd.store.engine import create_store_engine, is_sqlite
     from memoryd.store.sqlite.ann_set import AnnSet, ensure_log
-    from memoryd.store.sqlite.vectors import BUCKETS
 
     configure_logging("warning" if as_json else "info")  # on stderr: stdout is the summary
     try:
@@ -209,8 +208,7 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
                 click.echo(f"building the graphs of owners with {cfg.vector_index_min_rows}+ vectors...",
                            err=True)
             t0 = time.perf_counter()
-            ann = AnnSet(engine, directory, min_rows=cfg.vector_index_min_rows, ef=cfg.vector_index_ef,
-                         buckets=BUCKETS)
+            ann = AnnSet(engine, directory, min_rows=cfg.vector_index_min_rows, ef=cfg.vector_index_ef)
             with engine.begin() as conn:
                 ensure_log(conn)
             ann.open()

@@ -247,3 +247,29 @@ def test_opening_the_graphs_never_holds_the_write_lock(store, monkeypatch: pytes
     writer.dispose()
     opener.join()
     assert ann.ready.is_set()
+
+
+def test_a_build_stops_between_chunks_when_the_daemon_stops(store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shutdown does not wait for a million-vector build: it stops after the chunk in flight,
+    installs nothing, and the next start builds the graph again."""
+    from memoryd.store.sqlite import ann_set as module
+
+    engine, _, _, directory = store
+    monkeypatch.setattr(module, "BUILD_CHUNK", 500)
+    ann = AnnSet(engine, directory, min_rows=MIN_ROWS)
+    with engine.connect() as conn:
+        ann.dim, ann.model = 384, "test-model"
+        big = int(conn.execute(text("SELECT id FROM vector_owners WHERE scope_key = :k"),
+                               {"k": BIG}).scalar_one())
+    added: list[int] = []
+    original = module.OwnerIndex.add
+
+    def counting_add(self, labels, vectors, threads=1):  # type: ignore[no-untyped-def]
+        added.append(len(labels))
+        if len(added) == 3:
+            ann._stop.set()
+        original(self, labels, vectors, threads)
+
+    monkeypatch.setattr(module.OwnerIndex, "add", counting_add)
+    assert ann.build(big) is None
+    assert added == [500, 500, 500] and big not in ann.indexes

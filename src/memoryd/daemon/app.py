@@ -172,11 +172,9 @@ class Daemon:
         if not is_sqlite(engine) or not self.cfg.vector_index:
             return
         from memoryd.store.sqlite import ann_set
-        from memoryd.store.sqlite.vectors import BUCKETS
 
         self.ann = ann_set.AnnSet(engine, self.data_dir / "index" / "vectors",
-                                  min_rows=self.cfg.vector_index_min_rows, ef=self.cfg.vector_index_ef,
-                                  buckets=BUCKETS)
+                                  min_rows=self.cfg.vector_index_min_rows, ef=self.cfg.vector_index_ef)
         self.ann.start()
         ann_set.attach(engine, self.ann)
 

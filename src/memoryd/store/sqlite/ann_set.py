@@ -143,9 +143,8 @@ class AnnSet:
     """Every large owner's graph for one SQLite store, and what keeps them in step with it."""
 
     def __init__(self, engine: Engine, directory: Path, *, min_rows: int = 20000, ef: int = 256,
-                 threads: int = 2, save_every: int = 20000, buckets: int = 16):
+                 threads: int = 2, save_every: int = 20000):
         self.engine = engine
-        self.buckets = buckets  # memory_vec's partitions (store/sqlite/vectors.py BUCKETS)
         self.dir = directory
         self.min_rows = min_rows
         self.ef = ef
@@ -323,22 +322,32 @@ class AnnSet:
             if owner not in self.indexes and not self._stop.is_set():
                 self.build(owner)
 
-    def build(self, owner: int) -> OwnerIndex:
+    def build(self, owner: int) -> OwnerIndex | None:
         """Build ``owner``'s graph from the store (the lock is not held meanwhile: searches use the
-        exact scan for it), then apply what the log gained while it was built, and install it."""
+        exact scan for it), then apply what the log gained while it was built, and install it.
+        None when the daemon began to stop meanwhile."""
         assert self.dim is not None
         t0 = time.perf_counter()
         graph = OwnerIndex(owner, self.dim)
-        with read_only(self.engine) as conn:  # one snapshot: the vectors and the log id
+        # Short read transactions, never one for the whole build: a reader held for minutes would
+        # keep the WAL from being checkpointed, and with it the pages a forget just erased.
+        # Whatever changes meanwhile is in the log after ``since`` and is applied below.
+        with read_only(self.engine) as conn:
             since = _last_log_id(conn)
-            # vec0's own scan of the owner's partition, its owner_id filtered as it goes.
-            result = conn.exec_driver_sql(
-                "SELECT memory_seq, embedding FROM memory_vec WHERE bucket = ? AND owner_id = ?",
-                (owner % self.buckets, owner))
-            while chunk := result.fetchmany(BUILD_CHUNK):
-                labels = [int(r[0]) for r in chunk]
+            seqs = [int(r[0]) for r in conn.exec_driver_sql(
+                "SELECT mm.memory_seq FROM memory_vectors_meta mm JOIN memories m ON m.seq = mm.memory_seq "
+                "WHERE m.scope || ':' || m.owner = (SELECT scope_key FROM vector_owners WHERE id = ?) "
+                "ORDER BY mm.memory_seq", (owner,))]
+        for start in range(0, len(seqs), BUILD_CHUNK):
+            if self._stop.is_set():
+                return None  # shutting down: built again at the next start
+            with read_only(self.engine) as conn:
+                chunk = conn.exec_driver_sql(
+                    "SELECT j.value, v.embedding FROM json_each(?) AS j CROSS JOIN memory_vec AS v "
+                    "ON v.memory_seq = j.value", (json.dumps(seqs[start:start + BUILD_CHUNK]),)).all()
+            if chunk:
                 vecs = np.frombuffer(b"".join(r[1] for r in chunk), dtype="<f4").reshape(len(chunk), -1)
-                graph.add(labels, vecs, threads=self.threads)
+                graph.add([int(r[0]) for r in chunk], vecs, threads=self.threads)
         with self._lock:
             # Entries after the snapshot, up to what the other graphs hold, for this graph alone.
             with read_only(self.engine) as conn:
