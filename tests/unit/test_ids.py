@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from memoryd.store.ids import is_memory_id, new_memory_id
+import random
+
+from memoryd.store.ids import encode_ulid, is_memory_id, new_memory_id
 
 BASE_MS = 1_772_366_400_000
 
@@ -31,3 +33,15 @@ def test_ids_sort_in_time_order() -> None:
     assert sorted(ids) == ids
     # The first ten characters after the prefix are the timestamp.
     assert len({mid[4:14] for mid in (new_memory_id(BASE_MS) for _ in range(50))}) == 1
+
+
+def _digit_by_digit(value: int) -> str:
+    alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    return "".join(alphabet[(value >> (5 * i)) & 31] for i in reversed(range(26)))
+
+
+def test_the_fast_encoding_is_crockford_base32_digit_for_digit() -> None:
+    rng = random.Random(5)
+    values = [0, 1, 31, 32, (1 << 128) - 1, (1 << 130) - 1] + [rng.getrandbits(128) for _ in range(2000)]
+    for value in values:
+        assert encode_ulid(value) == _digit_by_digit(value), hex(value)

@@ -14,7 +14,7 @@ import base64
 import json
 import struct
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -198,3 +198,31 @@ def test_the_refusals_are_the_per_write_paths_errors(cfg: Config, stores: Callab
         write_restored(conn, parse_write_many({"items": [_item("y3", "w"), changed]}, cfg, admin=True),
                        NOW, CTX)
     assert _counts(engine)["rows"] == [(2,)]  # nothing of a refused batch was written
+
+
+def test_a_replay_after_its_keys_expired_matches_the_per_write_path(
+        cfg: Config, stores: Callable[[str], Engine]) -> None:
+    later = NOW + timedelta(seconds=CTX.idempotency_ttl_s + 60)
+    batch = [_item("e1", "Staging runs Postgres 15", vector=_vector("Staging runs Postgres 15")),
+             _item("e2", "Service A listens on 8080", status="superseded"),
+             _item("e3", "Deploys on Tuesdays")]
+    results = {}
+    for name, write in (("sequential", write_memory), ("batched", None)):
+        engine = stores(f"expired-{name}")
+        outcomes = []
+        for when in (NOW, NOW, later):
+            items = parse_write_many({"items": batch}, cfg, admin=True)
+            with engine.begin() as conn:
+                got = (write_restored(conn, items, when, CTX) if write is None
+                       else [write(conn, item, when, CTX) for item in items])
+            outcomes.append(_shape(got))
+        with engine.connect() as conn:
+            expiries = sorted(r[0] for r in conn.exec_driver_sql("SELECT expires_at FROM idempotency_keys"))
+        results[name] = (outcomes, _counts(engine), expiries)
+    assert results["batched"] == results["sequential"]
+    outcomes, counts, expiries = results["batched"]
+    # Within the window a replay answers the stored results; past it, each key is written anew
+    # (one row per key), a live row's replay is a duplicate, and history is kept as it came.
+    assert outcomes[1] == outcomes[0]
+    assert [o[0] for o in outcomes[2]] == ["duplicate", "new", "duplicate"]
+    assert counts["keys"] == [(3,)] and expiries == [later.timestamp() + CTX.idempotency_ttl_s] * 3

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,8 +53,12 @@ class Problem:
     reason: str
 
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
 def _is_hex64(value: Any) -> bool:
-    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+    # A regex, not a loop over the characters: both ends of an import check every record's.
+    return isinstance(value, str) and _HEX64.fullmatch(value) is not None
 
 
 def decode(value: Any, where: str = "vector") -> Vector | Problem | None:
