@@ -239,8 +239,11 @@ def export_cmd(socket_path: str | None, config_path: str | None, scope: str | No
 @click.option("--progress/--no-progress", "progress", default=None,
               help="Show progress on stderr (default: when stderr is a terminal; forced on, a "
                    "line every few seconds).")
+@click.option("--connections", type=click.IntRange(1, 4), default=2, show_default=True,
+              help="Batches in flight at once, one per connection (a batch with links waits for "
+                   "those before it).")
 def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, file: str,
-               batch_size: int, no_vectors: bool, progress: bool | None) -> None:
+               batch_size: int, no_vectors: bool, progress: bool | None, connections: int) -> None:
     """Write the memories of an export into this store through memory.write_many.
 
     The file (or - for stdin) is read line by line and written in batches as
@@ -290,8 +293,9 @@ def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, 
         size = None if file == "-" else _file_size(file)
         shown = sys.stderr.isatty() and not as_json if progress is None else progress
         meter = ImportProgress(reader.total, size, lambda: reader.bytes_read, enabled=shown)
-        with _session(cfg, admin=True) as call, Importer(
-                call, batch_size=batch_size, keep_vectors=not no_vectors, progress=meter.update,
+        with contextlib.ExitStack() as sessions, Importer(
+                [sessions.enter_context(_session(cfg, admin=True)) for _ in range(connections)],
+                batch_size=batch_size, keep_vectors=not no_vectors, progress=meter.update,
                 # A batch stays under the frame limit (vectors make records ~3 KB each).
                 batch_bytes=min(DEFAULT_BATCH_BYTES, cfg.max_frame_bytes * 3 // 4)) as importer:
             try:

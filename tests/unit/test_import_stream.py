@@ -155,3 +155,35 @@ def test_prefetch_hands_over_every_item_in_order_and_raises_the_readers_error() 
         for item in prefetch(broken()):
             got.append(item)
     assert got == [1]
+
+
+def test_with_two_connections_batches_overlap_but_a_linked_batch_waits_for_those_before_it() -> None:
+    import threading
+
+    daemon = Daemon()
+    lock = threading.Lock()
+    spans: list[tuple[str, float, float]] = []  # (first exported id of the batch, start, end)
+    clock = iter(range(1_000_000))
+
+    def call(method: str, params: dict[str, Any]) -> Any:
+        with lock:
+            start = next(clock)
+        threading.Event().wait(0.05)  # the daemon's commit
+        with lock:
+            answer = daemon.call(method, params)
+            spans.append((params["items"][0]["restore"]["source_id"], start, next(clock)))
+        return answer
+
+    records = [_record(f"m{i}") for i in range(40)] + [_record("x", [("cites", "m35")])]
+    records += [_record(f"n{i}") for i in range(20)]
+    with Importer([call, call], batch_size=10) as importer:
+        summary = importer.run(_reader(records))
+    assert summary.written == 61 and (summary.links_restored, summary.links_skipped) == (1, 0)
+    by_first = {first: (start, end) for first, start, end in spans}
+    # Link-free batches overlapped: one started before the one before it ended.
+    assert any(by_first[f"m{i + 10}"][0] < by_first[f"m{i}"][1] for i in (0, 10, 20))
+    # The batch that carries x (which cites m35) started after every batch before it was answered.
+    x_batch = next(first for first, _, _ in spans if first in ("x", "m40"))
+    before = [end for first, _, end in spans if first.startswith("m") and first != x_batch]
+    assert by_first[x_batch][0] > max(before)
+    assert daemon.links("x") == [("cites", "to", "new-m35")]

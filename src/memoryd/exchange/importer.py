@@ -20,6 +20,12 @@ links to rows already imported (by their new ids).
 A link is sent with whichever of its two rows is written later, so its other
 end already has a new id: a link to a row further down the file waits for that
 row; a link to a row in the batch being filled sends that batch first.
+
+Given several connections (``calls``), batches without links go out without
+waiting for the answer to the one before (one in flight per connection): the
+daemon validates the next batch while it commits this one, and its group
+committer may commit both in one transaction. A batch with links waits until
+every batch before it is answered (its links need their new ids).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -227,10 +233,21 @@ class Importer:
     (or call :meth:`close`) to remove the id map's temporary file.
     """
 
-    def __init__(self, call: Call, *, batch_size: int = 500, batch_bytes: int = DEFAULT_BATCH_BYTES,
-                 progress: Callable[[Summary], None] | None = None,
+    def __init__(self, call: Call | Sequence[Call], *, batch_size: int = 500,
+                 batch_bytes: int = DEFAULT_BATCH_BYTES, progress: Callable[[Summary], None] | None = None,
                  sleep: Callable[[float], None] = time.sleep, keep_vectors: bool = True):
-        self.call = call
+        calls = [call] if callable(call) else list(call)
+        self.call = calls[0]
+        #: Connections free to carry a batch (one batch in flight on each).
+        self._free: queue.Queue[Call] = queue.Queue()
+        for each in calls:
+            self._free.put(each)
+        self._connections = len(calls)
+        #: Batches sent and not yet answered (their threads), and the exported ids they carry.
+        self._inflight: list[tuple[threading.Thread, list[BaseException]]] = []
+        self._inflight_ids: set[str] = set()
+        #: Guards the summary and the id map, which the senders' threads update.
+        self._lock = threading.Lock()
         #: False: the file's vectors are not sent, and the target embeds every record.
         self.keep_vectors = keep_vectors
         self.batch_size = batch_size
@@ -274,6 +291,7 @@ class Importer:
             elif isinstance(entry, EndLine):
                 self.summary.complete = True
         self._flush()
+        self._drain()
         # Links to rows that never came (not in this export, or refused before they were read).
         self.summary.links_skipped += sum(len(links) for links in self._waiting.values())
         self._waiting.clear()
@@ -292,10 +310,12 @@ class Importer:
                 self.summary.links_skipped += 1
                 continue
             outgoing.append((kind, dst, created_at))
-        # A row this one links to that is still in the batch gets its new id first.
-        if any(other in self._batch_ids for _, _, other, _ in item.links) or any(
-                dst in self._batch_ids for _, dst, _ in outgoing):
+        # A row this one links to that is still in the batch, or in flight, gets its new id first.
+        others = {other for _, _, other, _ in item.links} | {dst for _, dst, _ in outgoing}
+        if others & self._batch_ids:
             self._flush()
+        if others & self._inflight_ids:
+            self._drain()
         for kind, dst, created_at in outgoing:
             if dst in self.new_ids:
                 item.links.append((kind, "to", dst, created_at))
@@ -312,11 +332,49 @@ class Importer:
     def _flush(self) -> None:
         if not self._batch:
             return
-        batch = self._batch
+        batch, ids = self._batch, self._batch_ids
         self._batch, self._batch_ids, self._batch_size = [], set(), 0
-        self._write(batch)
+        if self._connections == 1 or any(item.links for item in batch):
+            self._drain()  # its links need every earlier row's new id
+            self._write(batch, self.call)
+        else:
+            while len(self._inflight) >= self._connections:
+                self._wait_oldest()
+            self._send(batch, ids)
         self.last_line = batch[-1].line
         self.progress(self.summary)
+
+    def _send(self, batch: list[Planned], ids: set[str]) -> None:
+        """Write ``batch`` on a free connection, on a thread of its own."""
+        errors: list[BaseException] = []
+        call = self._free.get()
+
+        def write() -> None:
+            try:
+                self._write(batch, call)
+            except BaseException as exc:  # raised in the importer's thread by _wait_oldest
+                errors.append(exc)
+            finally:
+                self._free.put(call)
+
+        thread = threading.Thread(target=write, name="import-writer", daemon=True)
+        self._inflight.append((thread, errors))
+        self._inflight_ids |= ids
+        thread.start()
+
+    def _wait_oldest(self) -> None:
+        thread, errors = self._inflight.pop(0)
+        thread.join()
+        if not self._inflight:
+            self._inflight_ids.clear()
+        if errors:
+            raise errors[0]
+
+    def _drain(self) -> None:
+        """Wait for every batch in flight (raise the first error one of them met)."""
+        while self._inflight:
+            self._wait_oldest()
+        self._inflight_ids.clear()
 
     def params(self, item: Planned) -> dict[str, Any]:
         """The write params of one record, its links resolved to new ids."""
@@ -341,15 +399,16 @@ class Importer:
         params["restore"] = restore
         return params
 
-    def _write(self, batch: list[Planned]) -> None:
+    def _write(self, batch: list[Planned], call: Call) -> None:
         from memoryd.client import ClientError
 
         pending = list(batch)
         attempt = 0
         while pending:
-            items = [self.params(p) for p in pending]
+            with self._lock:
+                items = [self.params(p) for p in pending]
             try:
-                results = self.call("memory.write_many", {"items": items})["results"]
+                results = call("memory.write_many", {"items": items})["results"]
             except ClientError as exc:
                 index = exc.data.get("index")
                 if exc.code in ITEM_CODES and isinstance(index, int) and 0 <= index < len(pending):
@@ -357,7 +416,7 @@ class Importer:
                     continue
                 if len(pending) > 1 and (exc.code in UNNAMED_CODES or exc.code in ITEM_CODES):
                     for item in pending:  # the batch is all or nothing: find the refused rows alone
-                        self._write([item])
+                        self._write([item], call)
                     return
                 if exc.code in RETRY_CODES and attempt < len(RETRY_DELAYS_S):
                     self.sleep(RETRY_DELAYS_S[attempt])
@@ -367,13 +426,14 @@ class Importer:
                     raise
                 self._refuse(pending[0], f"{exc.message} (error {exc.code})", exc.data.get("field"))
                 return
-            # Links are counted before the batch's own ids join the map (as they were sent).
-            for item in pending:
-                self._count_links(item)
-            self.new_ids.add([(item.source_id, result["id"]) for item, result in
-                              zip(pending, results, strict=True)])
-            for result in results:
-                self._record(result)
+            with self._lock:
+                # Links are counted before the batch's own ids join the map (as they were sent).
+                for item in pending:
+                    self._count_links(item)
+                self.new_ids.add([(item.source_id, result["id"]) for item, result in
+                                  zip(pending, results, strict=True)])
+                for result in results:
+                    self._record(result)
             return
 
     def _count_links(self, item: Planned) -> None:
@@ -390,7 +450,8 @@ class Importer:
             self.summary.vectors_kept += 1
 
     def _refuse(self, item: Planned, reason: str, field: Any = None) -> None:
-        self.summary.refused.append(Refusal(item.line, item.source_id, reason, record_field(field)))
+        with self._lock:
+            self.summary.refused.append(Refusal(item.line, item.source_id, reason, record_field(field)))
 
 
 def record_field(field: Any) -> str | None:
