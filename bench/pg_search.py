@@ -308,6 +308,10 @@ def capture_select(engine: Any, fn: Callable[[Any], Any]) -> tuple[str, Any]:
     raise RuntimeError("no SELECT statement was sent")
 
 
+#: Exact answers by (database, query vector, k), shared by the recall measures of one run.
+_EXACT: dict[tuple[str, bytes, int], list[int]] = {}
+
+
 class RawPg:
     """The daemon's lexical and KNN statements issued directly on psycopg (search.py's Raw, for
     PostgreSQL): the same SQL text and parameters, with the session settings the daemon's
@@ -320,7 +324,8 @@ class RawPg:
         from memoryd.store.postgres import vectors as pgv
 
         self.engine = create_store_engine(url)
-        self.conn = psycopg.connect(dsn_of(url), autocommit=True)
+        self.dsn = dsn_of(url)
+        self.conn = psycopg.connect(self.dsn, autocommit=True)
         self.keys = [f"agent:{sb.READER['agent_id']}", f"user:{sb.READER['user_id']}", "org:"]
         self.daemon_ef = max(pgv.MIN_EF_SEARCH, min(sb.KNN_FETCH, pgv.MAX_EF_SEARCH))
         self.set_ef(self.daemon_ef)
@@ -370,9 +375,13 @@ class RawPg:
         return [int(seq) for seq, _ in sorted(rows, key=lambda r: r[1])]
 
     def exact_seqs(self, vec: np.ndarray, k: int = K) -> list[int]:
-        """The exact top ``k`` of the reader's rows (the ORDER BY hidden from the HNSW index)."""
+        """The exact top ``k`` of the reader's rows (the ORDER BY hidden from the HNSW index);
+        kept per query vector (a scan of a quarter of 1M rows takes seconds)."""
         from memoryd.store.postgres.vector_type import to_pg_text
 
+        key = (self.dsn, np.asarray(vec, dtype="<f4").tobytes(), k)
+        if key in _EXACT:
+            return _EXACT[key]
         pairs = [tuple(key.split(":", 1)) for key in self.keys]
         rows = self.conn.execute(
             "SELECT v.memory_seq FROM memory_vectors v JOIN memories m ON m.seq = v.memory_seq "
@@ -380,7 +389,8 @@ class RawPg:
             "AND m.status = 'active' ORDER BY (v.vector <=> %s::vector) + 0 LIMIT %s",
             ([p[0] for p in pairs], [p[1] for p in pairs],
              to_pg_text(np.asarray(vec, dtype="<f4").tobytes()), k)).fetchall()
-        return [int(r[0]) for r in rows]
+        _EXACT[key] = [int(r[0]) for r in rows]
+        return _EXACT[key]
 
     def seqs_of(self, ids: list[str]) -> set[int]:
         return {int(r[0]) for r in self.conn.execute("SELECT seq FROM memories WHERE id = ANY(%s)", (ids,))}
