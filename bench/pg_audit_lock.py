@@ -15,7 +15,10 @@ window, twice on fresh databases of one embedded PostgreSQL 18.6 server:
 * **one lane** (the baseline: the lane pick waits for the lane instead of
   skipping it, so every appender queues for lane 0 until the holder commits,
   as every appender queued for the advisory lock before 0010);
-* **lanes** (what ships).
+* **lanes**, each transaction still sending its own ``NOTIFY`` (as a pass's
+  enqueue does);
+* **lanes, NOTIFY after commit** (what the daemon's group committer does: its
+  connections defer the NOTIFY to a notifier thread, store/postgres/notify.py).
 
 It prints writes/s, commit latency p50/p99, how many lanes were used and
 whether the log verifies, and the ratio of the two throughputs. ``--watch``
@@ -46,12 +49,14 @@ ENGINES = 2
 THREADS = 3  # writer threads per engine
 
 
-def series(url: str, window_s: float, lanes: bool, server: Any = None) -> dict[str, Any]:
+def series(url: str, window_s: float, lanes: bool, server: Any = None,
+           deferred: bool = False) -> dict[str, Any]:
     from memoryd.clock import utcnow
     from memoryd.passes.registry import ON_WRITE
-    from memoryd.store import audit
+    from memoryd.store import audit, prepared
     from memoryd.store.engine import create_store_engine, read_only
     from memoryd.store.migrate import upgrade
+    from memoryd.store.postgres import notify
     from memoryd.store.postgres.backend import PostgresBackend
     from memoryd.store.writes import WriteContext, WriteUnit, commit_units
 
@@ -59,22 +64,31 @@ def series(url: str, window_s: float, lanes: bool, server: Any = None) -> dict[s
     upgrade(engines[0])
     ctx = WriteContext(actor="bench", passes=list(ON_WRITE), max_attempts=5, idempotency_ttl_s=86400.0)
     original = PostgresBackend.lock_audit_lane
+    prepared._cache.clear()  # the lane pick is compiled once per process: compile this series' own
     if not lanes:  # wait for the lane instead of skipping it: one chain, one appender at a time
         PostgresBackend.lock_audit_lane = lambda self, pick: pick.with_for_update()  # type: ignore[method-assign]
     lat: list[list[float]] = [[] for _ in range(ENGINES * THREADS)]
     errors: list[BaseException] = []
     stop_at = time.monotonic() + window_s
 
+    notifiers = [notify.Notifier(engine).start() for engine in engines] if deferred else []
+
     def writer(slot: int, engine: Any) -> None:
         owner = f"agent{slot}"
         n = 0
+        backend = PostgresBackend()
         try:
-            while time.monotonic() < stop_at:
-                item = build_memory(f"writer {slot} note {n}", owner=owner)
-                t0 = time.perf_counter()
-                commit_units(engine, [WriteUnit([item], actor=owner)], ctx, utcnow())
-                lat[slot].append(time.perf_counter() - t0)
-                n += 1
+            with engine.connect() as kept:
+                if deferred:  # as the daemon's committer: NOTIFY after the commit, from the notifier
+                    backend.defer_notify(kept)
+                while time.monotonic() < stop_at:
+                    item = build_memory(f"writer {slot} note {n}", owner=owner)
+                    t0 = time.perf_counter()
+                    commit_units(kept, [WriteUnit([item], actor=owner)], ctx, utcnow())
+                    if deferred and backend.take_notify(kept):
+                        notifiers[slot // THREADS].request()
+                    lat[slot].append(time.perf_counter() - t0)
+                    n += 1
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -93,15 +107,20 @@ def series(url: str, window_s: float, lanes: bool, server: Any = None) -> dict[s
         if sampler is not None:
             sampler.__exit__()
         PostgresBackend.lock_audit_lane = original  # type: ignore[method-assign]
+        prepared._cache.clear()
     took = time.perf_counter() - started
+    for notifier in notifiers:
+        notifier.stop()
+    label = ("lanes, NOTIFY after commit" if deferred else "lanes") if lanes else "one lane"
     if sampler is not None:
-        print_watch("lanes" if lanes else "one lane", sampler, None)
+        print_watch(label, sampler, None)
     with read_only(engines[0]) as conn:
         verdict = audit.check(conn)
     for engine in engines:
         engine.dispose()
     samples = [x for per in lat for x in per]
-    return {"lanes": lanes, "writes": len(samples), "per_s": len(samples) / took, "errors": len(errors),
+    return {"lanes": lanes, "deferred_notify": deferred, "label": label, "writes": len(samples),
+            "per_s": len(samples) / took, "errors": len(errors),
             "first_error": repr(errors[0])[:200] if errors else None, "audit_events": verdict.events,
             "lanes_used": len(verdict.heads), "verifies": verdict.ok, **latency_summary(samples)}
 
@@ -117,18 +136,19 @@ def main() -> None:
     server = start_server()
     rows = []
     try:
-        for lanes in (False, True):
+        for lanes, deferred in ((False, False), (True, False), (True, True)):
             with server.database("audit") as url:
-                rows.append(series(url, window, lanes, server if args.watch else None))
+                rows.append(series(url, window, lanes, server if args.watch else None, deferred))
     finally:
         stop_server(server)
     print_table("audit appends on PostgreSQL", ["audit log", "writes", "writes/s", "p50 ms", "p99 ms",
                                                  "lanes used", "log", "errors"],
-                [["lanes (ships)" if r["lanes"] else "one lane (baseline)", r["writes"], r["per_s"],
+                [[r["label"], r["writes"], r["per_s"],
                   r["p50_ms"], r["p99_ms"], r["lanes_used"], "verifies" if r["verifies"] else "BROKEN",
                   r["errors"]] for r in rows])
-    base, ships = rows
-    print(f"  lanes: {ships['per_s'] / base['per_s']:.2f} x the throughput of one lane")
+    base, lanes_only, ships = rows
+    print(f"  lanes: {lanes_only['per_s'] / base['per_s']:.2f} x the throughput of one lane; with the "
+          f"NOTIFY after commit (the daemon's committer): {ships['per_s'] / base['per_s']:.2f} x")
     save("pg_audit_lock", {"engines": ENGINES, "threads": THREADS, "window_s": window, "rows": rows},
          args.quick)
 

@@ -106,7 +106,7 @@ def test_a_write_that_races_the_writer_crash_is_refused_or_answered_never_strand
         engine: Engine, write_ctx: WriteContext, monkeypatch: pytest.MonkeyPatch) -> None:
     crash_now = threading.Event()
 
-    def loop_batches(self: GroupCommitter) -> None:
+    def loop_batches(self: GroupCommitter, writer: object) -> None:
         crash_now.wait(ANSWER_S)
         raise _WriterBug("boom")
 
@@ -117,7 +117,7 @@ def test_a_write_that_races_the_writer_crash_is_refused_or_answered_never_strand
         committer.start()
         gate = GatedCondition(threading.get_ident())  # holds the loop thread: the caller
         committer._cond = gate
-        writer = committer._thread
+        writer = committer._writers[0].thread  # SQLite: the one writer thread
         assert writer is not None
 
         def crash_while_the_caller_is_at_the_door() -> None:

@@ -72,9 +72,18 @@ class Backend(ABC):
         SQLite answers in-process: nothing to pipeline."""
         return nullcontext()
 
+    def savepoint(self, conn: Connection) -> AbstractContextManager[Any]:
+        """A savepoint around a block: an exception leaves the block rolled back alone.
+        PostgreSQL's runs on the driver's cursor (it may sit inside :meth:`pipeline`)."""
+        return conn.begin_nested()
+
     def commit_in_pipeline(self, conn: Connection) -> None:  # noqa: B027 - optional hook
         """Queue this transaction's COMMIT inside :meth:`pipeline`, to go with what was queued
         before it (SQLite commits when the transaction block ends)."""
+
+    #: Whether the driver binds lists as SQL arrays: :meth:`bulk_insert` and
+    #: :meth:`identity_lookup` then return statements.
+    binds_arrays = False
 
     def bulk_insert(self, table: Table, columns: Sequence[str], *, do_nothing: bool = False) -> Any:
         """One statement that inserts any number of rows into ``table``, each column bound as

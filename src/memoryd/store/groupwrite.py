@@ -74,9 +74,9 @@ def _submit_lookup(conn: Connection, table: Table, extra: tuple[str, ...],
     if not keys:
         return []
     backend = backend_for(conn)
-    arrays = backend.identity_lookup(table, extra)
-    if arrays is not None:  # one statement, three array parameters (PostgreSQL)
-        stmt = prepare(conn, ("identity-arrays", table.name, extra), lambda: arrays)
+    if backend.binds_arrays:  # arrays bind: one statement, three array parameters (PostgreSQL)
+        stmt = prepare(conn, ("identity-arrays", table.name, extra),
+                       lambda: backend.identity_lookup(table, extra))
         scopes, owners, hashes = (list(col) for col in zip(*keys, strict=True))
         return [(stmt, submit(conn, stmt, {"s": scopes, "o": owners, "h": hashes}, replan=True))]
     sent = []

@@ -157,7 +157,7 @@ def _plain_group(conn: Connection, units: Sequence[WriteUnit], now: datetime,
     store error (a bug one unit's input reached), so each unit goes on the per-write
     path and only the unit at fault is refused."""
     try:
-        with conn.begin_nested():
+        with backend_for(conn).savepoint(conn):
             return write_plain(conn, [(u.items, u.actor) for u in units], now, ctx, secret)
     except DBAPIError:
         raise

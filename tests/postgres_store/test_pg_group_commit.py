@@ -1,0 +1,119 @@
+"""The group committer's PostgreSQL path (store/writes.py in pipeline mode, multi-row inserts,
+a connection the writer keeps): its outcomes, its rollback to the per-write path when the fast
+path hits a bug, and the NOTIFY it leaves to the notifier on a deferring connection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+
+from memoryd.errors import Tombstoned
+from memoryd.store import audit, groupwrite
+from memoryd.store.backend import backend_for
+from memoryd.store.engine import read_only
+from memoryd.store.memories import WriteContext
+from memoryd.store.writes import WriteUnit, commit_units
+from tests.unit.helpers import NOW, build_memory
+
+pytestmark = pytest.mark.postgres
+
+CTX = WriteContext(actor="test:pg", passes=["embed", "extract"], max_attempts=5, idempotency_ttl_s=86400.0)
+
+
+def _count(engine: Engine, sql: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(text(sql)).scalar_one())
+
+
+def _units(texts: list[list[str]], owner: str = "a1") -> list[WriteUnit]:
+    return [WriteUnit([build_memory(t, owner=owner) for t in unit], actor=owner) for unit in texts]
+
+
+def test_a_group_through_a_kept_connection_writes_rows_events_and_jobs(pg_engine: Engine) -> None:
+    with pg_engine.connect() as kept:  # the writer's own connection, over several transactions
+        first = commit_units(kept, _units([["one", "two"], ["three"], ["one"]]), CTX, NOW)
+        second = commit_units(kept, _units([["four"], ["two"]]), CTX, NOW)
+    ids = [r["id"] for r in first[0]] + [first[1][0]["id"]]
+    assert first[2][0]["id"] == ids[0] and second[1][0]["id"] == ids[1]  # duplicates corroborate
+    assert _count(pg_engine, "SELECT count(*) FROM memories") == 4
+    assert _count(pg_engine, "SELECT max(corroboration) FROM memories") == 2
+    assert _count(pg_engine, "SELECT count(*) FROM jobs") == 4 * 2
+    assert _count(pg_engine, "SELECT count(*) FROM audit_events") == 4 + 2
+    with read_only(pg_engine) as conn:
+        assert audit.check(conn).ok
+
+
+def test_a_tombstoned_item_refuses_its_unit_and_the_rest_commit(pg_engine: Engine) -> None:
+    commit_units(pg_engine, _units([["doomed"]]), CTX, NOW)
+    with pg_engine.begin() as conn:
+        [mid] = [r[0] for r in conn.execute(text("SELECT id FROM memories"))]
+        conn.execute(text("INSERT INTO tombstones (scope, owner, content_hash, created_at) "
+                          "SELECT scope, :o, content_hash, recorded_at FROM memories WHERE id = :m "
+                          "ON CONFLICT DO NOTHING"),
+                     {"o": _keyed(conn, "a1"), "m": mid})
+    out = commit_units(pg_engine, _units([["fresh", "doomed"], ["another"]]), CTX, NOW)
+    assert isinstance(out[0], Tombstoned)
+    assert out[1][0]["id"]
+    assert _count(pg_engine, "SELECT count(*) FROM memories WHERE content = 'fresh'") == 0
+
+
+def _keyed(conn: Any, owner: str) -> str:
+    from memoryd.store import keyed
+
+    return keyed.keyed(conn, owner)
+
+
+def test_a_bug_in_the_fast_path_rolls_it_back_and_each_unit_takes_the_per_write_path(
+        pg_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(conn: Any, bumps: Any) -> None:
+        raise RuntimeError("a bug after the rows were inserted")
+
+    monkeypatch.setattr(groupwrite, "_corroborate", broken)
+    out = commit_units(pg_engine, _units([["alpha", "beta"], ["gamma"]]), CTX, NOW)
+    assert [len(o) for o in out] == [2, 1]
+    # The fast path's inserts were rolled back to its savepoint: each row once, from the slow path.
+    assert _count(pg_engine, "SELECT count(*) FROM memories") == 3
+    assert _count(pg_engine, "SELECT max(corroboration) FROM memories") == 1  # none seen twice
+    assert _count(pg_engine, "SELECT count(*) FROM audit_events WHERE action = 'memory.write'") == 3
+    assert _count(pg_engine, "SELECT count(*) FROM audit_events") == 3
+    with read_only(pg_engine) as conn:
+        assert audit.check(conn).ok
+
+
+def test_a_deferring_connection_leaves_the_notify_to_its_committer(pg_engine: Engine) -> None:
+    backend = backend_for(pg_engine)
+    with pg_engine.connect() as kept, pg_engine.connect() as listener:
+        listener.exec_driver_sql("LISTEN memoryd_jobs")
+        listener.commit()
+        backend.defer_notify(kept)
+        commit_units(kept, _units([["wake nobody yet"]]), CTX, NOW)
+        assert backend.take_notify(kept) is True  # jobs were enqueued: the committer notifies
+        assert backend.take_notify(kept) is False
+        driver: Any = listener.connection.driver_connection
+        assert list(driver.notifies(timeout=0.5, stop_after=1)) == []  # the transaction sent none
+        backend.defer_notify(kept, defer=False)
+        commit_units(kept, _units([["wake them now"]]), CTX, NOW)
+        assert [n.channel for n in driver.notifies(timeout=2.0, stop_after=1)] == ["memoryd_jobs"]
+
+
+def test_a_large_group_goes_in_multi_row_inserts_with_every_value_kept(pg_engine: Engine) -> None:
+    from memoryd.store import prepared
+
+    items = [build_memory(f"bulk note {i}", owner=f"o{i % 3}", metadata={"n": i, "tags": ["x"]})
+             for i in range(prepared.BULK_MIN_ROWS + 44)]
+    items[0].derived, items[0].status = True, "candidate"
+    [out] = commit_units(pg_engine, [WriteUnit(items, actor="bulk")], CTX, NOW)
+    assert len(out) == len(items)
+    with pg_engine.connect() as conn:
+        rows = {r.id: r for r in conn.execute(text("SELECT id, content, metadata, derived, status, owner "
+                                                   "FROM memories"))}
+    first = rows[out[0]["id"]]
+    assert (first.content, first.metadata, first.derived, first.status, first.owner) == (
+        "bulk note 0", {"n": 0, "tags": ["x"]}, True, "candidate", "o0")
+    assert rows[out[-1]["id"]].metadata["n"] == len(items) - 1
+    assert _count(pg_engine, "SELECT count(*) FROM jobs") == 2 * len(items)
+    with read_only(pg_engine) as conn:
+        verdict = audit.check(conn)
+    assert verdict.ok and verdict.events == len(items) + verdict.anchors
