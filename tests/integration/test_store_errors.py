@@ -53,7 +53,8 @@ def test_write_locked_past_busy_timeout_is_store_unavailable_and_leaves_nothing(
 def test_writes_beyond_write_queue_max_are_overloaded_and_never_stored(
         start_daemon: Callable[..., DaemonHandle]) -> None:
     # A long busy timeout: the writes that got a place wait for the lock instead of failing 1003.
-    daemon = start_daemon(config={"write_queue_max": 1, "busy_timeout_ms": 10000})
+    # One writer thread on PostgreSQL too (pg_writers): the count below is of one stuck batch.
+    daemon = start_daemon(config={"write_queue_max": 1, "busy_timeout_ms": 10000, "pg_writers": 1})
     writers = 8
     outcomes: dict[int, tuple[str, Any]] = {}
     done = threading.Lock()

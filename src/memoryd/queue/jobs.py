@@ -15,13 +15,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, case, func, or_, select, update
+from sqlalchemy import ColumnElement, Connection, and_, bindparam, case, func, or_, select, update
 
 from memoryd.clock import rfc3339_from_epoch
 from memoryd.errors import StaleLease
 from memoryd.queue.backoff import backoff_s
 from memoryd.store.backend import backend_for
-from memoryd.store.prepared import insert_rows
+from memoryd.store.prepared import BULK_MIN_ROWS, insert_rows, prepare, run_many
 from memoryd.store.schema import jobs
 
 pass_col: ColumnElement[str] = jobs.c["pass"]
@@ -74,11 +74,22 @@ def enqueue_many(conn: Connection, pairs: Sequence[tuple[str, str]], *, now: flo
     The group committer's and the embed pass's path: the statement is compiled
     once (store/prepared.py) instead of built per job.
     """
-    # One multi-row statement on PostgreSQL (store/postgres/bulk.py), an executemany on SQLite.
-    insert_rows(conn, jobs, _ENQUEUE_COLUMNS,
-                [{"pass": p, "target": t, "payload": "{}", "state": "ready", "priority": 0, "run_after": now,
-                  "attempts": 0, "max_attempts": max_attempts, "created_at": now, "updated_at": now}
-                 for p, t in pairs], do_nothing=True)
+    if backend_for(conn).binds_arrays and len(pairs) >= BULK_MIN_ROWS:
+        # A large batch: one multi-row statement on PostgreSQL (store/postgres/bulk.py).
+        insert_rows(conn, jobs, _ENQUEUE_COLUMNS,
+                    [{"pass": p, "target": t, "payload": "{}", "state": "ready", "priority": 0,
+                      "run_after": now, "attempts": 0, "max_attempts": max_attempts, "created_at": now,
+                      "updated_at": now} for p, t in pairs], do_nothing=True)
+    else:
+        # The constant columns are in the statement: four values a job to bind, not ten.
+        stmt = prepare(conn, "enqueue-many", lambda: _insert_unless_live(conn).values(
+            {pass_col: bindparam("pass_name"), jobs.c.target: bindparam("target"),
+             jobs.c.payload: "{}", jobs.c.state: "ready", jobs.c.priority: 0,
+             jobs.c.run_after: bindparam("now"), jobs.c.attempts: 0,
+             jobs.c.max_attempts: bindparam("max_attempts"), jobs.c.created_at: bindparam("now"),
+             jobs.c.updated_at: bindparam("now")}))
+        run_many(conn, stmt, [{"pass_name": p, "target": t, "now": now, "max_attempts": max_attempts}
+                              for p, t in pairs])
     if pairs:
         backend_for(conn).notify_jobs(conn)
 
