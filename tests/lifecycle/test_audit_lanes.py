@@ -5,7 +5,7 @@ edited, deleted, inserted or moved, a lane cut short at its end, and a lane dele
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,8 @@ from sqlalchemy import Connection, Engine, text
 from memoryd.store import audit
 from memoryd.store.engine import create_store_engine, read_only
 from memoryd.store.migrate import upgrade
+from tests.integration.harness import DaemonHandle, run_cli
+from tests.lifecycle.helpers import QUIET
 
 STAMP = "2026-05-01T12:00:00.000000Z"
 
@@ -253,3 +255,36 @@ def test_an_expected_head_recorded_outside_catches_a_rewritten_log(store: Engine
         assert inside.ok
     assert not outside.ok
     assert any("expected head" in p for p in outside.problems), outside.problems
+
+
+def test_the_cli_checks_heads_saved_earlier_and_catches_a_rewritten_log(
+        start_daemon: Callable[..., DaemonHandle], tmp_path: Path) -> None:
+    daemon = start_daemon(config=QUIET)
+    for i in range(4):
+        daemon.write(f"note {i} before the heads were saved", agent_id="agent-a")
+    cli = ["audit", "verify", "--socket", str(daemon.socket)]
+    saved = run_cli([*cli, "--json"], daemon.env)
+    assert saved.returncode == 0, saved.stdout + saved.stderr
+    heads = tmp_path / "heads.json"
+    heads.write_text(saved.stdout)
+    assert json.loads(saved.stdout)["heads"]["0"][0] >= 4
+    again = run_cli([*cli, "--expect", str(heads)], daemon.env)
+    assert again.returncode == 0 and "verified" in again.stdout, again.stdout + again.stderr  # control
+    # Re-chain lane 0 from an edited first event, head row included: nothing inside can tell.
+    rows = daemon.query("SELECT seq, at, actor, action, memory_id, detail FROM audit_events WHERE lane = 0 "
+                        "ORDER BY seq")
+    prev = audit.lane_genesis(0)
+    with daemon.db() as conn:
+        for i, (seq, at, actor, action, memory_id, detail) in enumerate(rows):
+            value = detail if isinstance(detail, dict) else json.loads(detail)
+            if i == 0:
+                value = {**value, "kind": "opinion"}
+            digest = audit.digest(prev, at, actor, action, memory_id, value)
+            conn.execute("UPDATE audit_events SET detail = ?, prev_hash = ?, hash = ? WHERE seq = ?",
+                         (json.dumps(value), prev, digest, seq))
+            prev = digest
+        conn.execute("UPDATE audit_lanes SET hash = ? WHERE lane = 0", (prev,))
+    assert run_cli(cli, daemon.env).returncode == 0  # the rewrite is consistent inside the database
+    caught = run_cli([*cli, "--expect", str(heads)], daemon.env)
+    assert caught.returncode == 1, caught.stdout + caught.stderr
+    assert "expected head" in caught.stdout
