@@ -41,6 +41,11 @@ text.
     .venv/bin/python bench/studies/ann_candidates.py                  # 50k, all candidates
     .venv/bin/python bench/studies/ann_candidates.py --encode-only --n 200000
     .venv/bin/python bench/studies/ann_candidates.py --n 200000 --only hnswlib --efs 256
+    .venv/bin/python bench/studies/ann_candidates.py --ef-construction 200   # not the daemon's build
+
+Encoding is the slow part: 10-11 texts/s on the shared 2-core machine at load
+13-19 (the notes run up to 1.5 KB), so 50,000 take about 80 minutes once and
+200,000 about five hours; the chunks cached so far serve any ``--n`` up to them.
 
 usearch and faiss-cpu are not memoryd dependencies; install them into the venv
 for the study (``.venv/bin/python -m pip install usearch faiss-cpu``). A
@@ -227,10 +232,17 @@ class Hnswlib(Candidate):
     filtering = "in the walk (Python callable, as AnnSet._filter)"
 
     def build(self, vectors: np.ndarray, threads: int) -> None:
+        import hnswlib
+
+        from memoryd.store.sqlite import ann
         from memoryd.store.sqlite.ann import OwnerIndex
         from memoryd.store.sqlite.ann_set import BUILD_CHUNK
 
-        self.graph = OwnerIndex(1, vectors.shape[1])
+        index = None
+        if (M, EF_CONSTRUCTION) != (ann.M, ann.EF_CONSTRUCTION):  # --m/--ef-construction: not the daemon's
+            index = hnswlib.Index(space="cosine", dim=vectors.shape[1])
+            index.init_index(max_elements=ann.MIN_CAPACITY, ef_construction=EF_CONSTRUCTION, M=M)
+        self.graph = OwnerIndex(1, vectors.shape[1], index)
         for i in range(0, len(vectors), BUILD_CHUNK):
             self.graph.add(list(range(i, min(i + BUILD_CHUNK, len(vectors)))), vectors[i:i + BUILD_CHUNK],
                            threads=threads)
@@ -468,18 +480,26 @@ def sweep(cand: Candidate, queries: np.ndarray, efs: list[int], ks: list[int],
 
 
 def exact_pass(base: np.ndarray, queries: np.ndarray, k: int) -> list[float]:
-    """The raw baseline: exact numpy search, one query at a time (matmul + argpartition)."""
+    """The raw baseline: exact numpy search, one query at a time (matmul + argpartition).
+
+    BLAS is held to one thread: its two-thread matrix-vector product spun for tens of
+    milliseconds per query on the busy 2-core machine (58 ms p50 at 5,000 rows, 0.29 ms on one).
+    """
+    from threadpoolctl import threadpool_limits
+
     times = []
-    for q in queries:
-        t0 = time.perf_counter()
-        sims = base @ q
-        part = np.argpartition(-sims, k)[:k]
-        part[np.argsort(-sims[part])]
-        times.append(time.perf_counter() - t0)
+    with threadpool_limits(limits=1):
+        for q in queries:
+            t0 = time.perf_counter()
+            sims = base @ q
+            part = np.argpartition(-sims, k)[:k]
+            part[np.argsort(-sims[part])]
+            times.append(time.perf_counter() - t0)
     return times
 
 
 def main() -> None:
+    global M, EF_CONSTRUCTION
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=50_000, help="base vectors (default 50,000)")
@@ -487,12 +507,16 @@ def main() -> None:
     ap.add_argument("--ks", default="10,40", help="k values, comma-separated")
     ap.add_argument("--rounds", type=int, default=3, help="timed passes over every setting")
     ap.add_argument("--only", default="", help="comma-separated subset of hnswlib,usearch,faiss")
+    ap.add_argument("--m", type=int, default=M, help="graph degree for every library (daemon: 16)")
+    ap.add_argument("--ef-construction", type=int, default=EF_CONSTRUCTION,
+                    help="build beam for every library (daemon: 100)")
     ap.add_argument("--threads", type=int, default=2, help="build threads (the daemon's AnnSet uses 2)")
     ap.add_argument("--no-filters", action="store_true", help="unfiltered searches only")
     ap.add_argument("--no-gil", action="store_true", help="skip the GIL measurement")
     ap.add_argument("--encode-only", action="store_true", help="encode (and cache) the vectors, then stop")
     ap.add_argument("--out", type=Path, default=RESULTS, help="JSON results path")
     args = ap.parse_args()
+    M, EF_CONSTRUCTION = args.m, args.ef_construction
 
     def log(line: str) -> None:
         print(line, flush=True)
