@@ -57,7 +57,7 @@ def test_each_daemon_shows_every_daemons_lag_and_write_figures(
     assert isinstance(writes, dict)
     assert writes["per_s"] > 0 and writes["commit_p99_ms"] > 0 and writes["queue"] == 0
     assert isinstance(seen["lag_s"], float) and 0 <= seen["lag_s"] < 60
-    shown = run_cli(["status", "--socket", str(a.socket)], a.env)
+    shown = run_cli(["status", "--socket", str(a.socket)], {**a.env, "COLUMNS": "200"})  # headers unwrapped
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert "lag s" in shown.stdout and "commit p99 ms" in shown.stdout
     assert str(seen["node"]) in shown.stdout
