@@ -1,37 +1,50 @@
-"""Moving a store (issue 21, item 3): `memoryd import` with vectors kept against re-embedding.
+"""Moving a store (issue 21, item 3): `memoryd import` with vectors kept, until searchable.
 
 An export of N memories (bench/_harness.py dev_notes, realistic lengths) is
 written straight to a file, each record with a 384-dimensional vector named
 ``all-MiniLM-L6-v2`` (the bundled model's name and dimension) and the content
-hash it describes: random unit vectors, since only the time to store them is
-measured here. Three fresh daemons on the same machine, in the same run, each
+hash it describes: random unit vectors, since only the time to store and index
+them is measured here. Fresh daemons on the same machine, in the same run, each
 with the bundled embedder:
 
 (a) **raw**: the same contents through plain ``memory.write_many`` (batches of
     500, no idempotency key, no ``restore``, no vector): the write path's group
     fast path, the cheapest way into the store; embed jobs just queue;
-(b) **kept**: ``memoryd import FILE`` (the CLI, as a user runs it, file parsing
-    and validation included). The vectors are the embedder's, so each row is
-    stored with its vector and no embed job: searchable when the command exits
-    (checked: every row has a vector, no embed job is open);
-(c) **re-embedded**: the same file without vectors: ``memoryd import``, then
-    the daemon's embed drain with the bundled model until every row has a
-    vector (what every import did before). With ``--drain-sample M`` (default
-    all rows) only the first M rows' drain is timed and the rest extrapolated at
-    that rate (labelled as such).
-
-Memories/s = N ÷ seconds until every row is searchable by vector (for (a),
-until it is written: it has no vectors; (a) is the floor of what any import
-could cost on this machine).
+(b) **kept**: ``memoryd import --progress FILE`` (the CLI, as a user runs it:
+    streaming, file parsing and validation included). Each row is stored with
+    its vector and no embed job. Measured: seconds until the command exits
+    (memories/s), then until it is **searchable**: daemon.status's
+    ``vector_index`` is ready with ``behind`` 0 (the HNSW graphs beside a SQLite
+    store hold every imported vector), then a hybrid search (the embedder
+    loaded before the import) must answer imported rows, and is timed; the
+    client's and the daemon's peak RSS while importing (sampled every 0.2 s),
+    both processes' CPU seconds, and a second run of the same import (every
+    line answered from its idempotency key: the row and vector counts after it
+    must still be N);
+(b') **kept, no graphs** (``--index-control``): the same import into a daemon
+    with ``vector_index = false`` (searches scan vec0 exactly), to tell the
+    import's own CPU from the HNSW graphs' (a graph takes each vector in the
+    daemon's index thread while the import runs, ~1.1 ms of CPU per random
+    384-dimensional vector at M 16, ef_construction 100);
+(c) **re-embedded** (``--reembed``): the same file without vectors, then the
+    daemon's embed drain until every row has a vector (what every import did
+    before). With ``--drain-sample M`` only the first M rows' drain is timed
+    and the rest extrapolated at that rate (labelled as such).
 
     .venv/bin/python bench/import.py                 # 10,000 memories
-    .venv/bin/python bench/import.py --sizes 10000 100000 --drain-sample 2000
+    .venv/bin/python bench/import.py --sizes 10000 100000 --repeat 2 --index-control
+    .venv/bin/python bench/import.py --sizes 100000 --repeat 0 --index-control   # the control only
     .venv/bin/python bench/import.py --quick         # 1,000
+
+The machine is shared: wall-clock figures swing with its load (the banner
+prints the load average); the CPU seconds per memory of the client and the
+daemon are the steadier figure.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import subprocess
 import sys
@@ -44,6 +57,7 @@ import numpy as np
 from _harness import (
     Daemon,
     banner,
+    cpu_seconds,
     dev_notes,
     parser,
     print_table,
@@ -80,16 +94,105 @@ def write_export(path: Path, texts: list[str], with_vectors: bool, seed: int = 1
     return path.stat().st_size
 
 
-def run_import(daemon: Daemon, path: Path) -> tuple[float, dict[str, Any]]:
-    """``memoryd import --json FILE`` against ``daemon``: (seconds, summary)."""
+class Sampler:
+    """Peak RSS of some processes, read every ``every_s`` on a thread of its own."""
+
+    def __init__(self, every_s: float = 0.2):
+        import threading
+
+        self.every_s = every_s
+        self.pids: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            for name, pid in list(self.pids.items()):
+                try:
+                    rss = psutil.Process(pid).memory_info().rss
+                except psutil.Error:
+                    continue
+                self.peak[name] = max(self.peak.get(name, 0), rss)
+            self._stop.wait(self.every_s)
+
+
+def run_import(daemon: Daemon, path: Path, extra: list[str] | None = None) -> dict[str, Any]:
+    """``memoryd import --json --progress FILE`` against ``daemon``: seconds, summary, progress
+    lines seen, peak RSS and CPU seconds of the client and of the daemon while it ran."""
+    cpu0 = cpu_seconds(daemon.pid)
+    with Sampler() as sampler:
+        sampler.pids["daemon"] = daemon.pid
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "memoryd", "import", "--json", "--progress",
+                                 "--socket", str(daemon.socket), *(extra or []), str(path)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sampler.pids["client"] = proc.pid
+        import psutil
+
+        client = psutil.Process(proc.pid)
+        client_cpu = 0.0
+        while proc.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                t = client.cpu_times()
+                client_cpu = t.user + t.system
+            time.sleep(0.2)
+        out, err = proc.communicate()
+        seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"import failed ({proc.returncode}): {err[-2000:]}")
+    progress = [line for line in err.splitlines() if line.startswith("import: ")]
+    return {"import_s": seconds, "summary": json.loads(out), "progress_lines": len(progress),
+            "last_progress": progress[-1] if progress else None,
+            "client_rss_peak": sampler.peak.get("client", 0),
+            "daemon_rss_peak": sampler.peak.get("daemon", 0),
+            "client_cpu_s": client_cpu, "daemon_cpu_s": cpu_seconds(daemon.pid) - cpu0}
+
+
+def wait_searchable(daemon: Daemon, n: int, timeout_s: float = 3600.0,
+                    index_on: bool = True) -> dict[str, Any]:
+    """Wait until daemon.status says the vector index is ready and holds every logged vector
+    (behind 0), then time a hybrid search that must answer imported rows. ``index_on`` False:
+    the daemon keeps no graphs (vector_index false), its searches scan vec0 exactly."""
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "memoryd", "import", "--json",
-                           "--socket", str(daemon.socket), str(path)],
-                          capture_output=True, text=True, check=False)
-    seconds = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise SystemExit(f"import failed ({done.returncode}): {done.stderr[-2000:]}")
-    return seconds, json.loads(done.stdout)
+    index: dict[str, Any] = {}
+    while index_on and time.perf_counter() - t0 < timeout_s:
+        index = daemon.call("daemon.status").get("vector_index") or {}
+        if index.get("ready") and index.get("behind") == 0:
+            break
+        time.sleep(0.5)
+    if index_on and not (index.get("ready") and index.get("behind") == 0):
+        raise SystemExit(f"the vector index did not catch up in {timeout_s:.0f} s: {index}")
+    waited = time.perf_counter() - t0
+    s0 = time.perf_counter()
+    hits = daemon.call("memory.search", {"query": "deploy postgres staging", "agent_id": "a1", "k": 10})
+    search_ms = (time.perf_counter() - s0) * 1000
+    if not hits["results"]:
+        raise SystemExit("a hybrid search found none of the imported rows")
+    return {"index_wait_s": waited, "index": index, "search_ms": search_ms, "mode_used": hits["mode_used"],
+            "hits": len(hits["results"]), "n": n}
+
+
+def warm_embedder(daemon: Daemon, timeout_s: float = 300.0) -> None:
+    """Load the embedder before the import (a search embeds its query), so that the search
+    after it times the store, not the model's first load."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        if daemon.call("memory.search", {"query": "warm up", "agent_id": "a1", "mode": "vector"}
+                       )["mode_used"] == "vector":
+            return
+        time.sleep(0.5)
+    raise SystemExit("the embedder did not load")
 
 
 def vectors_stored(daemon: Daemon) -> int:
@@ -115,26 +218,33 @@ def _dir(path: Path) -> Path:
     return path
 
 
-def one_size(root: Path, n: int, drain_sample: int | None) -> dict[str, Any]:
-    texts = dev_notes(n, seed=21)
-    with_vectors = root / f"with-vectors-{n}.jsonl"
-    without = root / f"without-{n}.jsonl"
-    size_with = write_export(with_vectors, texts, True)
-    size_without = write_export(without, texts, False)
-    out: dict[str, Any] = {"n": n, "file_bytes_with_vectors": size_with, "file_bytes_without": size_without}
-
-    with Daemon(_dir(root / f"raw{n}"), embedder="bundled", config=CONFIG, label="raw") as d:
-        out["raw_write_many_s"] = raw_write_many(d, texts)
-
-    with Daemon(_dir(root / f"kept{n}"), embedder="bundled", config=CONFIG, label="kept") as d:
-        seconds, summary = run_import(d, with_vectors)
+def kept_run(root: Path, n: int, path: Path, label: str, index_on: bool = True) -> dict[str, Any]:
+    """One import with vectors kept into a fresh daemon, until searchable (``index_on`` False:
+    a daemon without the HNSW graphs, to tell the import's own cost from the index's)."""
+    config = CONFIG if index_on else {**CONFIG, "vector_index": False}
+    with Daemon(_dir(root / label), embedder="bundled", config=config, label="kept") as d:
+        warm_embedder(d)
+        run = run_import(d, path)
+        searchable = wait_searchable(d, n, index_on=index_on)
         status = d.call("daemon.status")
-        out["kept"] = {"import_s": seconds, "vectors_kept": summary["vectors_kept"],
-                       "written": summary["written"], "vectors_after": vectors_stored(d),
-                       "embed_open_after": queue_open(status, "embed")}
+        summary = run.pop("summary")
+        run.update({"vectors_kept": summary["vectors_kept"], "written": summary["written"],
+                    "vectors_after": vectors_stored(d), "embed_open_after": queue_open(status, "embed"),
+                    "searchable_s": run["import_s"] + searchable["index_wait_s"], **searchable})
+        if not index_on:
+            return run
+        # Run again: every line answers from its idempotency key, nothing is written twice.
+        again = run_import(d, path)
+        run["rerun_s"] = again["import_s"]
+        run["rerun_written"] = again["summary"]["written"]
+        run["rows_after_rerun"] = int(d.call("daemon.status")["memories"].get("active", 0))
+        run["vectors_after_rerun"] = vectors_stored(d)
+    return run
 
+
+def reembed_run(root: Path, n: int, path: Path, drain_sample: int | None) -> dict[str, Any]:
     with Daemon(_dir(root / f"re{n}"), embedder="bundled", config=CONFIG, label="reembed") as d:
-        seconds, summary = run_import(d, without)
+        seconds = run_import(d, path)["import_s"]
         t_import = time.time()
         # Rows embedded while the import ran, then the drain of the next ``sample`` rows, counted
         # in the store (daemon.status's queue counts are capped on a large queue).
@@ -144,45 +254,109 @@ def one_size(root: Path, n: int, drain_sample: int | None) -> dict[str, Any]:
             time.sleep(0.5)
         drain_s = time.time() - t_import
         rate = sample / drain_s
-        out["reembed"] = {"import_s": seconds, "vectors_kept": summary["vectors_kept"],
-                          "embedded_during_import": before, "drain_sample": sample,
-                          "drain_s_measured": drain_s, "drain_per_s": rate,
-                          "searchable_s": seconds + (n - before) / rate,
-                          "extrapolated": before + sample < n}
+        return {"import_s": seconds, "embedded_during_import": before, "drain_sample": sample,
+                "drain_s_measured": drain_s, "drain_per_s": rate,
+                "searchable_s": seconds + (n - before) / rate, "extrapolated": before + sample < n}
+
+
+def one_size(root: Path, n: int, repeat: int, reembed: bool, drain_sample: int | None,
+             index_control: bool) -> dict[str, Any]:
+    texts = dev_notes(n, seed=21)
+    with_vectors = root / f"with-vectors-{n}.jsonl"
+    out: dict[str, Any] = {"n": n, "file_bytes_with_vectors": write_export(with_vectors, texts, True),
+                           "raw_write_many_s": [], "kept": []}
+    for r in range(repeat):
+        with Daemon(_dir(root / f"raw{n}-{r}"), embedder="bundled", config=CONFIG, label="raw") as d:
+            out["raw_write_many_s"].append(raw_write_many(d, texts))
+        out["kept"].append(kept_run(root, n, with_vectors, f"kept{n}-{r}"))
+        print(f"N={n} run {r + 1}: import {out['kept'][-1]['import_s']:.1f} s, searchable "
+              f"{out['kept'][-1]['searchable_s']:.1f} s; raw {out['raw_write_many_s'][-1]:.1f} s", flush=True)
+    if index_control:
+        out["no_index"] = kept_run(root, n, with_vectors, f"noindex{n}", index_on=False)
+        print(f"N={n} without the vector index: import {out['no_index']['import_s']:.1f} s", flush=True)
+    if reembed:
+        without = root / f"without-{n}.jsonl"
+        out["file_bytes_without"] = write_export(without, texts, False)
+        out["reembed"] = reembed_run(root, n, without, drain_sample)
     return out
+
+
+def _span(values: list[float], fmt: str = "{:.1f}") -> str:
+    lo, hi = min(values), max(values)
+    return fmt.format(lo) if len(values) == 1 or fmt.format(lo) == fmt.format(hi) else \
+        f"{fmt.format(lo)}-{fmt.format(hi)}"
+
+
+def _kept_rows(n: int, kept: list[dict[str, Any]], raw: list[float]) -> list[list[Any]]:
+    rows: list[list[Any]] = []
+    rows.append([n, "raw write_many (no vectors, no restore)", _span(raw),
+                 _span([n / s for s in raw], "{:,.0f}"), "-"])
+    rows.append([n, "import, vectors kept: until the command exits", _span([k["import_s"] for k in kept]),
+                 _span([n / k["import_s"] for k in kept], "{:,.0f}"),
+                 _span([k["import_s"] / s for k, s in zip(kept, raw, strict=True)], "{:.2f}")])
+    rows.append([n, "  until searchable (vector index ready, behind 0)",
+                 _span([k["searchable_s"] for k in kept]),
+                 _span([n / k["searchable_s"] for k in kept], "{:,.0f}"),
+                 _span([k["searchable_s"] / s for k, s in zip(kept, raw, strict=True)], "{:.2f}")])
+    rows.append([n, "  run again (nothing written)", _span([k["rerun_s"] for k in kept]),
+                 _span([n / k["rerun_s"] for k in kept], "{:,.0f}"), "-"])
+    return rows
 
 
 def main() -> None:
     p = parser(__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000])
+    p.add_argument("--repeat", type=int, default=1,
+                   help="runs per size (fresh daemons each): ranges; 0 with --index-control: that run only")
+    p.add_argument("--reembed", action="store_true", help="also time an import without vectors + embed drain")
+    p.add_argument("--index-control", action="store_true",
+                   help="also import into a daemon without the HNSW graphs (vector_index false)")
     p.add_argument("--drain-sample", type=int, default=None,
                    help="time the embed drain of this many rows and extrapolate the rest")
     args = p.parse_args()
     sizes = [1000] if args.quick else args.sizes
-    banner("import", "memoryd import with vectors kept vs re-embedded, against raw write_many", args.quick)
+    banner("import", "memoryd import with vectors kept, until searchable, against raw write_many", args.quick)
     results = []
     with workdir("import", args.keep) as root:
         for n in sizes:
-            results.append(one_size(root, n, args.drain_sample))
+            results.append(one_size(root, n, args.repeat, args.reembed, args.drain_sample,
+                                    args.index_control))
     rows = []
     for r in results:
-        n = r["n"]
-        kept, re = r["kept"], r["reembed"]
-        rows.append([n, "raw write_many (no vectors, no restore)", r["raw_write_many_s"],
-                     n / r["raw_write_many_s"], "-"])
-        rows.append([n, f"import, vectors kept ({kept['vectors_kept']} kept, {kept['vectors_after']} stored, "
-                        f"{kept['embed_open_after']} embed open)", kept["import_s"], n / kept["import_s"],
-                     kept["import_s"] / r["raw_write_many_s"]])
-        label = "extrapolated" if re["extrapolated"] else "measured"
-        rows.append([n, f"import + embed drain ({re['drain_per_s']:.1f}/s, {label})", re["searchable_s"],
-                     n / re["searchable_s"], re["searchable_s"] / r["raw_write_many_s"]])
-        rows.append([n, "  of which the import alone", re["import_s"], n / re["import_s"],
-                     re["import_s"] / r["raw_write_many_s"]])
-    print_table("until searchable (raw: until written)",
+        n, kept, raw = r["n"], r["kept"], r["raw_write_many_s"]
+        if kept:  # --repeat 0: only the control run below
+            rows += _kept_rows(n, kept, raw)
+        if "no_index" in r:
+            k = r["no_index"]
+            rows.append([n, "import into a daemon without the HNSW graphs (exact vec0 scans)",
+                         f"{k['import_s']:.1f}", f"{n / k['import_s']:,.0f}", "-"])
+        if "reembed" in r:
+            re = r["reembed"]
+            label = "extrapolated" if re["extrapolated"] else "measured"
+            rows.append([n, f"import without vectors + embed drain ({re['drain_per_s']:.1f}/s, {label})",
+                         f"{re['searchable_s']:.1f}", f"{n / re['searchable_s']:,.0f}", "-"])
+    print_table("memories/s (ranges over --repeat runs; x raw = against the raw run of the same repeat)",
                 ["N", "path", "seconds", "memories/s", "x raw"], rows)
+    mem_rows = []
     for r in results:
-        print(f"N={r['n']}: file {r['file_bytes_with_vectors'] / 1e6:.1f} MB with vectors, "
-              f"{r['file_bytes_without'] / 1e6:.1f} MB without")
+        runs = [("on", k) for k in r["kept"]] + ([("off", r["no_index"])] if "no_index" in r else [])
+        for graphs, k in runs:
+            n = r["n"]
+            mem_rows.append([n, graphs, f"{k['client_rss_peak'] / 1e6:.0f}",
+                             f"{k['daemon_rss_peak'] / 1e6:.0f}",
+                             f"{k['client_cpu_s']:.1f} ({k['client_cpu_s'] / n * 1e3:.2f})",
+                             f"{k['daemon_cpu_s']:.1f} ({k['daemon_cpu_s'] / n * 1e3:.2f})",
+                             k["vectors_kept"],
+                             k["vectors_after"], k["embed_open_after"],
+                             f"{k.get('rows_after_rerun', '-')}/{k.get('vectors_after_rerun', '-')}",
+                             f"{k['search_ms']:.1f} ({k['mode_used']})", k["progress_lines"]])
+    print_table("each import with vectors kept (CPU while the import ran: seconds, and ms per memory)",
+                ["N", "graphs", "client RSS MB", "daemon RSS MB", "client CPU s", "daemon CPU s", "kept",
+                 "stored", "embed open", "rows/vectors after rerun", "search ms", "progress lines"], mem_rows)
+    for r in results:
+        last = (r["kept"] or [r.get("no_index", {})])[-1].get("last_progress")
+        print(f"N={r['n']}: file {r['file_bytes_with_vectors'] / 1e6:.1f} MB with vectors; "
+              f"last progress line: {last}")
     save("import", {"sizes": results}, args.quick)
 
 
