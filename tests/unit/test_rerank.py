@@ -8,6 +8,7 @@ tests/search/test_search_rerank.py.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,13 +108,33 @@ def test_a_tiny_crossencoder_orders_the_candidates(tmp_path: Path) -> None:
     assert out[0]["score"] == pytest.approx(max(expected), abs=1e-4)
 
 
+class HeldBack:
+    """The real cross-encoder, whose scoring starts only once the test lets it: over any budget
+    whatever the machine's load (a budget of 1 µs alone was beaten by a scheduler that ran the
+    tiny model before the stage began to wait, in a CI run at load 17)."""
+
+    def __init__(self, inner: CrossEncoderReranker):
+        self.inner = inner
+        self.name = inner.name
+        self.go = threading.Event()
+
+    def ready(self) -> str | None:
+        return self.inner.ready()
+
+    def score(self, query: str, texts: list[str], timeout_s: float) -> list[float]:
+        self.go.wait(10.0)
+        return self.inner.score(query, texts, timeout_s)
+
+
 def test_a_crossencoder_over_its_budget_leaves_the_fused_order_with_a_notice(tmp_path: Path) -> None:
-    reranker = CrossEncoderReranker(str(tiny.build(tmp_path / "ce", [*TEXTS, QUERY])))
-    reranker.load()
-    stage = RerankStage(reranker, budget_ms=0.001)
+    real = CrossEncoderReranker(str(tiny.build(tmp_path / "ce", [*TEXTS, QUERY])))
+    real.load()
+    reranker = HeldBack(real)
+    stage = RerankStage(reranker, budget_ms=50)
     try:
         out, notices = stage(QUERY, fused_rows())
     finally:
+        reranker.go.set()
         stage.close()
     assert [r["id"] for r in out] == [r["id"] for r in fused_rows()]
     assert len(notices) == 1 and "budget" in notices[0] and "fused order" in notices[0]
