@@ -187,3 +187,24 @@ def test_with_two_connections_batches_overlap_but_a_linked_batch_waits_for_those
     before = [end for first, _, end in spans if first.startswith("m") and first != x_batch]
     assert by_first[x_batch][0] > max(before)
     assert daemon.links("x") == [("cites", "to", "new-m35")]
+
+
+def test_the_progress_line_gives_done_of_total_the_rate_and_the_time_left() -> None:
+    import memoryd.cli  # noqa: F401  (cli_data is loaded by cli, which it imports)
+    from memoryd.cli_data import ImportProgress
+
+    now = [100.0]
+    meter = ImportProgress(1_000_000, None, lambda: 0, enabled=True, clock=lambda: now[0])
+    now[0] += 50.0
+    line = meter.text(150_000, 149_000)
+    assert line == ("import: 150,000 of 1,000,000 memories (15%) · 3,000/s · 149,000 vectors kept · "
+                    "~4m43s left · 50s so far")
+    # No total in the header: the bytes read of the file's size stand in for it.
+    read = [40_000_000]
+    by_bytes = ImportProgress(None, 160_000_000, lambda: read[0], enabled=True, clock=lambda: now[0])
+    now[0] += 10.0
+    assert by_bytes.text(20_000, 0) == ("import: 20,000 memories (25%) · 40 of 160 MB · 2,000/s · "
+                                        "0 vectors kept · ~30s left · 10s so far")
+    # stdin without a total: no fraction, no estimate.
+    assert ImportProgress(None, None, lambda: 0, enabled=True, clock=lambda: now[0]).text(5, 0).startswith(
+        "import: 5 memories · ")
