@@ -79,7 +79,8 @@ def store_truth(daemon: SearchDaemon) -> dict[int, set[int]]:
     with daemon.engine().connect() as conn:
         rows = conn.execute(text(
             "SELECT o.id, m.seq FROM memories m JOIN memory_vectors_meta v ON v.memory_seq = m.seq "
-            "JOIN vector_owners o ON o.scope_key = m.scope || ':' || m.owner")).all()
+            "JOIN vector_owners o ON o.scope_key = m.scope || ':' || m.owner "
+            "WHERE m.status = 'active'")).all()
     out: dict[int, set[int]] = {}
     for owner, seq in rows:
         out.setdefault(int(owner), set()).add(int(seq))

@@ -90,7 +90,7 @@ def test_a_reader_gets_k_rows_of_its_own_owner_even_when_another_owner_is_nearer
     assert approx(engine, ann, query, 1, [OTHER]) == [seqs[OTHER][0]]  # positive control
 
 
-def test_status_and_kind_are_applied_inside_the_graph_walk(tmp_path: Path) -> None:
+def test_a_graph_holds_active_rows_and_a_kind_is_applied_inside_the_walk(tmp_path: Path) -> None:
     engine, seqs, vecs = make_store(tmp_path / "k.db", {BIG: 4000},
                                     kinds=("fact", "fact", "fact", "decision"))
     ann = opened(engine, tmp_path / "index")
@@ -152,10 +152,10 @@ def test_restart_after_a_crash_catches_up_from_the_log(store) -> None:
     with engine.connect() as conn:
         truth = {int(r[0]) for r in conn.execute(text(
             "SELECT seq FROM memories m JOIN memory_vectors_meta v ON v.memory_seq = m.seq "
-            "WHERE m.scope = 'agent' AND m.owner = 'big'"))}
+            "WHERE m.scope = 'agent' AND m.owner = 'big' AND m.status = 'active'"))}
     assert again.indexes[big].labels() == truth
     assert not truth & set(forgotten) and set(moved) <= truth
-    assert again.counts.get(big) == len(truth)
+    assert again.counts.get(big) == len(truth)  # every row of 'big' is active here
 
 
 def test_a_torn_manifest_or_graph_file_is_rebuilt_from_the_store(store) -> None:
@@ -273,3 +273,23 @@ def test_a_build_stops_between_chunks_when_the_daemon_stops(store, monkeypatch: 
     monkeypatch.setattr(module.OwnerIndex, "add", counting_add)
     assert ann.build(big) is None
     assert added == [500, 500, 500] and big not in ann.indexes
+
+
+def test_a_row_that_leaves_active_leaves_the_graph_and_a_history_search_still_finds_it(store) -> None:
+    """Superseded rows are not in a graph; a search that may see them (as_of) scans exactly."""
+    engine, seqs, vecs, directory = store
+    ann = opened(engine, directory)
+    old = seqs[BIG][7]
+    graph = next(g for g in ann.indexes.values() if g.contains(old))
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE memories SET status = 'superseded' WHERE seq = :s"), {"s": old})
+    ann.catch_up()
+    assert not graph.contains(old)
+    query = vecs[old - 1]
+    assert old not in approx(engine, ann, query, 10, [BIG])
+    history = approx(engine, ann, query, 10, [BIG], statuses=("active", "superseded", "archived"))
+    assert history[0] == old
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE memories SET status = 'active' WHERE seq = :s"), {"s": old})
+    ann.catch_up()
+    assert graph.contains(old) and approx(engine, ann, query, 1, [BIG]) == [old]

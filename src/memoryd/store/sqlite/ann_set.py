@@ -5,7 +5,8 @@ vector, and exact KNN over it answers any search. At a million memories that
 scan costs 270 ms, so an owner (a ``vector_owners`` id: one scope and owner
 pair) with at least ``min_rows`` vectors also gets an HNSW graph
 (store/sqlite/ann.py). A search asks each visible large owner's graph for its
-nearest rows, with status and kind applied inside the graph walk, and the
+nearest rows (a graph holds only its owner's active rows; a kind is applied
+inside the graph walk), and the
 small owners' rows exactly, as before; the lists are merged by distance. Owner
 filtering is therefore never a filter over a global top-k: a graph only holds
 its owner's rows.
@@ -28,9 +29,11 @@ The four rules of DESIGN.md's "Indexes beside the store of record":
   floats with zeros and delete it; the same bytes in the saved file are
   zeroed in place (fsync'd) in that step, and superseded generations are
   unlinked after each save.
-* **Scoped inside.** As above: one graph per owner, status and kind filtered
-  in the walk; a graph that finds fewer rows than asked (a rare kind) hands
-  that owner to the exact scan.
+* **Scoped inside.** As above: one graph per owner, holding its active rows
+  (the status a search sees unless it asks for history or candidates, which
+  are then scanned exactly); a kind is filtered in the walk, and a graph
+  that finds fewer rows than asked (a rare kind) hands that owner to the
+  exact scan.
 
 PostgreSQL needs none of this: pgvector's HNSW index lives in the database.
 """
@@ -72,6 +75,9 @@ LOG_DDL = [
 ]
 #: Log entries read per step of a catch-up.
 LOG_PAGE = 2000
+#: The one status a graph holds (a search's default); rows of any other status are scanned
+#: exactly when a search asks for them (as_of, include_candidates).
+GRAPH_STATUS = "active"
 #: A search applies the log itself when it is at most this far behind (each entry can cost an
 #: insert of a few ms into a large graph); further behind, it wakes the index thread instead.
 INLINE_CATCH_UP = 16
@@ -90,7 +96,7 @@ def ensure_log(conn: Connection) -> None:
 
 
 class Codes:
-    """Small integer codes for status and kind strings (arrays of uint8 index them)."""
+    """Small integer codes for kind strings (an array of uint8 indexes them)."""
 
     def __init__(self) -> None:
         self._codes: dict[str, int] = {}
@@ -153,10 +159,8 @@ class AnnSet:
         self._lock = threading.RLock()
         self.indexes: dict[int, OwnerIndex] = {}
         self.owner_of = np.full(0, -1, dtype=np.int32)
-        self.status_code = np.zeros(0, dtype=np.uint8)
         self.kind_code = np.zeros(0, dtype=np.uint8)
         self.counts = OwnerCounts()
-        self.statuses = Codes()
         self.kinds = Codes()
         self.dim: int | None = None
         self.model: str | None = None
@@ -262,8 +266,10 @@ class AnnSet:
                 "SELECT owner_id, status, kind, embedding FROM memory_vec WHERE memory_seq = ?",
                 (seq,)).first()
             owner = int(row[0]) if row is not None else -1
+            # A graph holds its owner's active rows only: any other status leaves it.
+            home = owner if row is not None and row[1] == GRAPH_STATUS else -1
             for graph_owner, graph in graphs.items():
-                if graph_owner != owner and graph.contains(seq):
+                if graph_owner != home and graph.contains(seq):
                     graph.erase(seq)
             self._grow(seq)
             prev = int(self.owner_of[seq])
@@ -275,9 +281,8 @@ class AnnSet:
                 self.owner_of[seq] = owner
             if row is None:
                 continue
-            self.status_code[seq] = self.statuses.code(row[1])
             self.kind_code[seq] = self.kinds.code(row[2])
-            target = graphs.get(owner)
+            target = graphs.get(home)
             if target is not None:
                 vec = np.frombuffer(row[3], dtype="<f4")
                 if not target.contains(seq) or not _same(target, seq, vec):
@@ -288,28 +293,25 @@ class AnnSet:
             return
         size = max(1024, int((seq + 1) * 1.5))
         self.owner_of = _resized(self.owner_of, size, -1)
-        self.status_code = _resized(self.status_code, size, 0)
         self.kind_code = _resized(self.kind_code, size, 0)
 
     def _scan(self, conn: Connection) -> None:
-        """Every stored vector's owner, status and kind (from the tables, not the vec0 scan),
+        """Every stored vector's owner and kind (from the tables, not the vec0 scan),
         read in chunks into the arrays (a million rows never sit in Python lists)."""
         top = conn.exec_driver_sql("SELECT max(memory_seq) FROM memory_vectors_meta").scalar()
         self.owner_of = np.full(0, -1, dtype=np.int32)
-        self.status_code = np.zeros(0, dtype=np.uint8)
         self.kind_code = np.zeros(0, dtype=np.uint8)
         self._grow(int(top or 0))
         self.counts = OwnerCounts()
         result = conn.exec_driver_sql(
-            "SELECT mm.memory_seq, o.id, m.status, m.kind FROM memory_vectors_meta mm "
+            "SELECT mm.memory_seq, o.id, m.kind FROM memory_vectors_meta mm "
             "JOIN memories m ON m.seq = mm.memory_seq "
             "JOIN vector_owners o ON o.scope_key = m.scope || ':' || m.owner")
         while chunk := result.fetchmany(SCAN_CHUNK):
             seqs = np.fromiter((r[0] for r in chunk), dtype=np.int64, count=len(chunk))
             owners = np.fromiter((r[1] for r in chunk), dtype=np.int32, count=len(chunk))
             self.owner_of[seqs] = owners
-            self.status_code[seqs] = [self.statuses.code(r[2]) for r in chunk]
-            self.kind_code[seqs] = [self.kinds.code(r[3]) for r in chunk]
+            self.kind_code[seqs] = [self.kinds.code(r[2]) for r in chunk]
             self.counts.add_many(owners)
 
     # -- building ----------------------------------------------------------------------------
@@ -339,7 +341,8 @@ class AnnSet:
             # By scope and owner (the identity index), not by the joined key: 2.2 s a build at 1M.
             seqs = [int(r[0]) for r in conn.exec_driver_sql(
                 "SELECT m.seq FROM memories m JOIN memory_vectors_meta mm ON mm.memory_seq = m.seq "
-                "WHERE m.scope = ? AND m.owner = ? ORDER BY m.seq", (scope, name))]
+                "WHERE m.scope = ? AND m.owner = ? AND m.status = ? ORDER BY m.seq",
+                (scope, name, GRAPH_STATUS))]
         for start in range(0, len(seqs), BUILD_CHUNK):
             if self._stop.is_set():
                 return None  # shutting down: built again at the next start
@@ -381,14 +384,16 @@ class AnnSet:
         owners = conn.exec_driver_sql(
             f"SELECT id, scope_key FROM vector_owners WHERE scope_key IN ({marks})", tuple(scope_keys)).all()
         graphs = self.indexes
+        if list(statuses) != [GRAPH_STATUS]:
+            return exact(scope_keys, k)  # as_of or candidates: rows no graph holds; scan exactly
         by_graph = {int(o): key for o, key in owners if int(o) in graphs}
         rest = [key for key in scope_keys if key not in by_graph.values()]
-        allowed = self._filter(statuses, kind)
+        allowed = self._kind_filter(kind)
         hits: list[tuple[int, float]] = []
         for owner, key in by_graph.items():
             found = graphs[owner].search(query, k, self.ef, allowed)
-            if len(found) < min(k, self.counts.get(owner)):
-                rest.append(key)  # the graph could not fill k under the filter: scan it exactly
+            if len(found) < k:
+                rest.append(key)  # the graph could not fill k (a rare kind): scan this owner exactly
             else:
                 hits += found
         if rest:
@@ -396,19 +401,17 @@ class AnnSet:
         hits.sort(key=lambda h: h[1])
         return hits[:k]
 
-    def _filter(self, statuses: Sequence[str], kind: str | None) -> Callable[[int], bool] | None:
-        ok = np.zeros(256, dtype=bool)
-        for status in statuses:
-            code = self.statuses.known(status)
-            if code is not None:
-                ok[code] = True
-        st, kd = self.status_code, self.kind_code
+    def _kind_filter(self, kind: str | None) -> Callable[[int], bool] | None:
+        """None without a kind: the graphs hold active rows only, so the common search calls no
+        Python per visited node (hnswlib takes the GIL for each call: 7,458 calls a query at ef
+        256 for a 5 % filter, bench/studies/ann_candidates.py)."""
         if kind is None:
-            return lambda label: bool(ok[st[label]])
+            return None
         want = self.kinds.known(kind)
         if want is None:
             return lambda label: False
-        return lambda label: bool(ok[st[label]]) and int(kd[label]) == want
+        kd = self.kind_code
+        return lambda label: int(kd[label]) == want
 
     # -- files -------------------------------------------------------------------------------
     def save(self) -> None:
