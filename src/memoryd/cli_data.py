@@ -407,9 +407,11 @@ def _duration(seconds: float) -> str:
 
 def _print_summary(report: dict[str, Any], name: str) -> None:
     unreadable = f" and {len(report['bad_lines'])} unreadable lines" if report["bad_lines"] else ""
+    already = (f", {report['already_imported']} already imported by an earlier run"
+               if report["already_imported"] else "")
     click.echo(f"{name}: {report['records']} memories read; {report['written']} written, "
-               f"{report['duplicates']} duplicates of existing memories, {len(report['refused'])} refused"
-               f"{unreadable}")
+               f"{report['duplicates']} duplicates of existing memories{already}, "
+               f"{len(report['refused'])} refused{unreadable}")
     click.echo(f"links: {report['links_restored']} restored, {report['links_skipped']} skipped "
                "(their other memory is not in this export or was refused)")
     if report["vectors_kept"]:

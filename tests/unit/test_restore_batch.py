@@ -226,3 +226,17 @@ def test_a_replay_after_its_keys_expired_matches_the_per_write_path(
     assert outcomes[1] == outcomes[0]
     assert [o[0] for o in outcomes[2]] == ["duplicate", "new", "duplicate"]
     assert counts["keys"] == [(3,)] and expiries == [later.timestamp() + CTX.idempotency_ttl_s] * 3
+
+
+def test_a_replayed_item_says_so_and_a_new_one_does_not(cfg: Config, stores: Callable[[str], Engine]) -> None:
+    engine = stores("replayed")
+    batch = [_item("r1", "first text"), _item("r2", "second text")]
+    with engine.begin() as conn:
+        first = write_restored(conn, parse_write_many({"items": batch}, cfg, admin=True), NOW, CTX)
+    with engine.begin() as conn:
+        again = write_restored(conn, parse_write_many({"items": [*batch, _item("r3", "third text")]}, cfg,
+                                                      admin=True), NOW, CTX)
+    assert [r.get("replayed") for r in first] == [None, None]
+    assert [r.get("replayed") for r in again] == [True, True, None]
+    assert [r["id"] for r in again[:2]] == [r["id"] for r in first]  # the stored answers
+    assert _counts(engine)["rows"] == [(3,)]

@@ -200,6 +200,8 @@ class Summary:
     records: int = 0
     written: int = 0
     duplicates: int = 0
+    #: Records an earlier run of the same import already wrote (answered from their keys).
+    already: int = 0
     refused: list[Refusal] = field(default_factory=list)
     links_restored: int = 0
     #: Rows written with the file's vector (no embed queued); the others are embedded again.
@@ -211,12 +213,13 @@ class Summary:
 
     @property
     def done(self) -> int:
-        """Memory records dealt with so far: written, duplicates and refused."""
-        return self.written + self.duplicates + len(self.refused)
+        """Memory records dealt with so far: written, duplicates, already imported and refused."""
+        return self.written + self.duplicates + self.already + len(self.refused)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "records": self.records, "written": self.written, "duplicates": self.duplicates,
+            "already_imported": self.already,
             "refused": [{"line": r.line, "id": r.source_id, "field": r.field, "reason": r.reason}
                         for r in self.refused],
             "links_restored": self.links_restored, "links_skipped": self.links_skipped,
@@ -442,6 +445,9 @@ class Importer:
         self.summary.links_skipped += len(item.links) - kept
 
     def _record(self, result: dict[str, Any]) -> None:
+        if result.get("replayed"):  # written (and counted) by an earlier run
+            self.summary.already += 1
+            return
         if result.get("duplicate_of"):
             self.summary.duplicates += 1
         else:

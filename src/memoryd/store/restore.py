@@ -157,7 +157,8 @@ def write_restored(conn: Connection, items: Sequence[NewMemory], now: datetime,
             if request_hash != item.request_hash:
                 raise Conflict("idempotency_key was already used with different parameters; "
                                "use a new key for a new write", data={"field": "idempotency_key"})
-            results.append(dict(result))
+            # The stored answer, marked as a replay (memoryd import counts it as already imported).
+            results.append({**result, "replayed": True})
             continue
         if ident in dead:
             raise tombstoned_error()
