@@ -58,7 +58,8 @@ from memoryd.store.sqlite.ann import OwnerIndex
 
 log = structlog.get_logger(__name__)
 
-FORMAT = 1
+#: 2: graphs hold active rows only, ef_construction 200 (a format-1 set is rebuilt).
+FORMAT = 2
 #: The daemon's log triggers, created at start (idempotent) on every SQLite store it opens.
 LOG_DDL = [
     "CREATE TABLE IF NOT EXISTS vector_index_log (id INTEGER PRIMARY KEY AUTOINCREMENT, "
