@@ -208,3 +208,23 @@ def test_the_progress_line_gives_done_of_total_the_rate_and_the_time_left() -> N
     # stdin without a total: no fraction, no estimate.
     assert ImportProgress(None, None, lambda: 0, enabled=True, clock=lambda: now[0]).text(5, 0).startswith(
         "import: 5 memories · ")
+
+
+def test_the_importers_own_memory_does_not_grow_with_the_file() -> None:
+    def answer(method: str, params: dict[str, Any]) -> Any:
+        return {"results": [{"id": "new-" + item["restore"]["source_id"], "queued": []}
+                            for item in params["items"]]}
+
+    def peak(n: int) -> int:
+        lines = (exportfile.MemoryLine(i + 2, _record(f"m{i}")) for i in range(n))  # made as read
+        tracemalloc.start()
+        with Importer([answer, answer], batch_size=50) as importer:
+            summary = importer.run(lines)
+        _, top = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert summary.written == n
+        return top
+
+    small, large = peak(2_000), peak(20_000)
+    # Before, every id sent on the second connection stayed in a set: ~120 bytes a record.
+    assert large < small + (1 << 20), (small, large)

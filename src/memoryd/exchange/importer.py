@@ -246,9 +246,8 @@ class Importer:
         for each in calls:
             self._free.put(each)
         self._connections = len(calls)
-        #: Batches sent and not yet answered (their threads), and the exported ids they carry.
-        self._inflight: list[tuple[threading.Thread, list[BaseException]]] = []
-        self._inflight_ids: set[str] = set()
+        #: Batches sent and not yet answered: their threads, errors and exported ids.
+        self._inflight: list[tuple[threading.Thread, list[BaseException], set[str]]] = []
         #: Guards the summary and the id map, which the senders' threads update.
         self._lock = threading.Lock()
         #: False: the file's vectors are not sent, and the target embeds every record.
@@ -317,7 +316,7 @@ class Importer:
         others = {other for _, _, other, _ in item.links} | {dst for _, dst, _ in outgoing}
         if others & self._batch_ids:
             self._flush()
-        if others & self._inflight_ids:
+        if any(others & ids for _, _, ids in self._inflight):
             self._drain()
         for kind, dst, created_at in outgoing:
             if dst in self.new_ids:
@@ -361,15 +360,12 @@ class Importer:
                 self._free.put(call)
 
         thread = threading.Thread(target=write, name="import-writer", daemon=True)
-        self._inflight.append((thread, errors))
-        self._inflight_ids |= ids
+        self._inflight.append((thread, errors, ids))
         thread.start()
 
     def _wait_oldest(self) -> None:
-        thread, errors = self._inflight.pop(0)
+        thread, errors, _ = self._inflight.pop(0)
         thread.join()
-        if not self._inflight:
-            self._inflight_ids.clear()
         if errors:
             raise errors[0]
 
@@ -377,7 +373,6 @@ class Importer:
         """Wait for every batch in flight (raise the first error one of them met)."""
         while self._inflight:
             self._wait_oldest()
-        self._inflight_ids.clear()
 
     def params(self, item: Planned) -> dict[str, Any]:
         """The write params of one record, its links resolved to new ids."""
