@@ -57,8 +57,10 @@ def test_an_import_stopped_with_ctrl_c_and_run_again_writes_everything_once(
     daemon = start_daemon("dst", config=QUIET)
     path = daemon.home / "big.jsonl"
     links = _export(path)
+    # One memory a batch (1,500 round trips): at 20 a batch a quiet machine finished the whole
+    # import inside one 50 ms poll, before the signal (exit 0, in a clean-clone CI run).
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memoryd", "import", "--batch-size", "20", str(path)],
+        [sys.executable, "-m", "memoryd", "import", "--batch-size", "1", str(path)],
         env={**daemon.env, "MEMORYD_SOCKET": str(daemon.socket)}, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
