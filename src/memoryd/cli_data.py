@@ -239,9 +239,9 @@ def export_cmd(socket_path: str | None, config_path: str | None, scope: str | No
 @click.option("--progress/--no-progress", "progress", default=None,
               help="Show progress on stderr (default: when stderr is a terminal; forced on, a "
                    "line every few seconds).")
-@click.option("--connections", type=click.IntRange(1, 4), default=2, show_default=True,
+@click.option("--connections", type=click.IntRange(1, 4), default=1, show_default=True,
               help="Batches in flight at once, one per connection (a batch with links waits for "
-                   "those before it).")
+                   "those before it). More did not help on 2 cores (bench/import.py).")
 def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, file: str,
                batch_size: int, no_vectors: bool, progress: bool | None, connections: int) -> None:
     """Write the memories of an export into this store through memory.write_many.
