@@ -293,3 +293,28 @@ def test_a_row_that_leaves_active_leaves_the_graph_and_a_history_search_still_fi
         conn.execute(text("UPDATE memories SET status = 'active' WHERE seq = :s"), {"s": old})
     ann.catch_up()
     assert graph.contains(old) and approx(engine, ann, query, 1, [BIG]) == [old]
+
+
+def test_catching_up_inserts_in_groups_not_one_call_per_vector(store,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """130 rows moved into a graph's owner are inserted in 3 calls (64, 64, 2): one call a
+    vector caught up at 120-250 vectors/s during an import."""
+    from memoryd.store.sqlite import ann_set as module
+
+    engine, seqs, _, directory = store
+    ann = opened(engine, directory)
+    calls: list[int] = []
+    original = module.OwnerIndex.add
+
+    def counting_add(self, labels, vectors, threads=1):  # type: ignore[no-untyped-def]
+        calls.append(len(labels))
+        original(self, labels, vectors, threads)
+
+    monkeypatch.setattr(module.OwnerIndex, "add", counting_add)
+    moved = seqs[SMALL][:130]
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE memories SET scope = 'agent', owner = 'big', agent_id = 'big', "
+                          f"user_id = NULL WHERE seq IN ({seq_list(moved)})"))
+    ann.catch_up()
+    assert calls == [64, 64, 2]
+    assert set(moved) <= next(g for g in ann.indexes.values() if g.contains(moved[0])).labels()

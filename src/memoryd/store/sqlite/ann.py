@@ -63,9 +63,9 @@ class GraphLock:
 
     hnswlib's ``resize_index`` reallocates the graph under a running search
     (a segfault, tests/ann), and a search beside an insert answered one wrong
-    row instead of ten (the insert's links half made). Changes are one label at
-    a time in the daemon (store/sqlite/ann_set.py applies the log entry by
-    entry), so a search waits at most one insert.
+    row instead of ten (the insert's links half made). The daemon inserts at
+    most 64 labels per call when it applies the log (store/sqlite/ann_set.py
+    APPLY_GROUP), so a search waits at most one such group.
     """
 
     def __init__(self) -> None:
