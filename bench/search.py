@@ -493,8 +493,10 @@ def print_prototypes(size: int, p: dict[str, Any]) -> None:
 
 def start_daemon(root: Path, data_dir: Path, label: str) -> h.Daemon:
     """A daemon on the built store, once its vector leg answers (the model is loaded)."""
+    # model_idle_s: a graph build can outlast the model worker's idle exit (300 s), after which
+    # the first vector search answered lexically while the model loaded again.
     daemon = h.Daemon(root, embedder="bundled", data_dir=data_dir, label=label,
-                      config={"governor_enabled": False})
+                      config={"governor_enabled": False, "model_idle_s": 7200.0})
     daemon.start()
     warm = time.perf_counter()
     while daemon.call("memory.search", {"query": "warm up", "mode": "vector", "k": 1,
@@ -536,10 +538,15 @@ def main() -> None:
     p.add_argument("--owners", choices=("spread", "one"), default="spread",
                    help="spread: ten agents, two users and org rows (the reader sees about a fifth); "
                         "one: every row is the reader's agent's (the worst case for one owner)")
+    p.add_argument("--reuse", default=None, metavar="DIR",
+                   help="measure the store in DIR/data (a folder an earlier --keep run left) instead "
+                        "of building one; one size only")
     p.add_argument("--name", default="search", help="results file name (bench/results/NAME.json)")
     args = p.parse_args()
     global ONE_OWNER
     ONE_OWNER = args.owners == "one"
+    if args.reuse and (not args.sizes or "," in args.sizes):
+        p.error("--reuse measures one store: give its size with --sizes N")
     if args.rounds < 1:
         p.error(f"--rounds must be at least 1 (got {args.rounds})")
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else (
@@ -556,9 +563,15 @@ def main() -> None:
     for i, size in enumerate(sizes):
         with h.workdir(f"search{size}", keep=args.keep) as root:
             data_dir = root / "data"
-            built = build_store(data_dir, size, seed=11 + i)
-            print(f"\nbuilt a {size:,}-memory store in {built['build_s']:.1f} s "
-                  f"({built['db_bytes'] / 2**20:.0f} MiB)")
+            if args.reuse:
+                data_dir = Path(args.reuse) / "data"
+                db_file = data_dir / "memoryd.db"
+                built = {"n": size, "build_s": float("nan"), "db_bytes": db_file.stat().st_size,
+                         "reused": str(data_dir)}
+            else:
+                built = build_store(data_dir, size, seed=11 + i)
+            made = f"reused {args.reuse}" if args.reuse else f"built in {built['build_s']:.1f} s"
+            print(f"\na {size:,}-memory store, {made} ({built['db_bytes'] / 2**20:.0f} MiB)")
             if args.prototypes_only:
                 proto = prototypes(data_dir / "memoryd.db", encoder, queries(n_queries, 100 + i))
                 print_prototypes(size, proto)
