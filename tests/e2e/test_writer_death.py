@@ -24,7 +24,10 @@ WRITER_FAULT = Path(__file__).with_name("writer_fault.py")
 def test_a_dead_writer_thread_fails_writes_with_1003_and_turns_the_daemon_degraded(
         start_e2e: Callable[..., E2EDaemon], short_tmp: Path) -> None:
     trigger = short_tmp / "kill-writer"
-    d = start_e2e("writer", launcher=[str(WRITER_FAULT), str(trigger)])
+    # One writer thread: on PostgreSQL the committer runs pg_writers (3) of them, and the fault
+    # kills one, after which the other two went on writing (this test failed on postgres in a
+    # clean-clone make test-postgres). The death of one writer among several is not covered yet.
+    d = start_e2e("writer", launcher=[str(WRITER_FAULT), str(trigger)], config={"pg_writers": 1})
     kept = d.write("The release branch is cut every second Tuesday", agent_id="e2e-writer")["id"]
     before = d.call("daemon.status")
     assert (before["health"], before["write_queue"]["writer"]) == ("healthy", "running")  # control
