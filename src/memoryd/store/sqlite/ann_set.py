@@ -382,7 +382,8 @@ class AnnSet:
     def knn(self, conn: Connection, query: np.ndarray, *, k: int, scope_keys: Sequence[str],
             statuses: Sequence[str], kind: str | None, exact: Exact) -> list[tuple[int, float]]:
         """The ``k`` nearest visible rows: each large owner's graph, the rest by ``exact``."""
-        if not self.ready.is_set() or not self.indexes:
+        if not self.ready.is_set() or not self.indexes or list(statuses) != [GRAPH_STATUS]:
+            # Not ready, or history and candidates (rows no graph holds): scan exactly.
             return exact(scope_keys, k)
         behind = _last_log_id(conn) - self.applied
         if 0 < behind <= INLINE_CATCH_UP and self._lock.acquire(blocking=False):
@@ -396,8 +397,6 @@ class AnnSet:
         owners = conn.exec_driver_sql(
             f"SELECT id, scope_key FROM vector_owners WHERE scope_key IN ({marks})", tuple(scope_keys)).all()
         graphs = self.indexes
-        if list(statuses) != [GRAPH_STATUS]:
-            return exact(scope_keys, k)  # as_of or candidates: rows no graph holds; scan exactly
         by_graph = {int(o): key for o, key in owners if int(o) in graphs}
         rest = [key for key in scope_keys if key not in by_graph.values()]
         allowed = self._kind_filter(kind)
