@@ -450,13 +450,7 @@ def start_daemon(root: Path, url: str, label: str) -> h.Daemon:
     daemon = h.Daemon(root, embedder="bundled", data_dir=root / "data", label=label, db_url=url,
                       config={"governor_enabled": False})
     daemon.start(timeout_s=600.0)
-    warm = time.perf_counter()
-    while daemon.call("memory.search", {"query": "warm up", "mode": "vector", "k": 1,
-                                        **sb.READER})["mode_used"] != "vector":
-        if time.perf_counter() - warm > 300:
-            daemon.stop()
-            raise SystemExit("the embedder did not load in 300 s")
-        time.sleep(0.5)
+    sb.wait_vector_leg(daemon)
     return daemon
 
 

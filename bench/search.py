@@ -491,6 +491,17 @@ def print_prototypes(size: int, p: dict[str, Any]) -> None:
           "pessimistic stand-in for real embeddings)")
 
 
+def wait_vector_leg(daemon: h.Daemon, timeout_s: float = 300.0) -> None:
+    """Until a vector search answers as one (the daemon's embedder has loaded)."""
+    warm = time.perf_counter()
+    while daemon.call("memory.search", {"query": "warm up", "mode": "vector", "k": 1,
+                                        **READER})["mode_used"] != "vector":
+        if time.perf_counter() - warm > timeout_s:
+            daemon.stop()
+            raise SystemExit(f"the embedder did not load in {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
 def start_daemon(root: Path, data_dir: Path, label: str) -> h.Daemon:
     """A daemon on the built store, once its vector leg answers (the model is loaded)."""
     # model_idle_s: a graph build can outlast the model worker's idle exit (300 s), after which
@@ -499,12 +510,7 @@ def start_daemon(root: Path, data_dir: Path, label: str) -> h.Daemon:
                       config={"governor_enabled": False, "model_idle_s": 7200.0})
     daemon.start()
     warm = time.perf_counter()
-    while daemon.call("memory.search", {"query": "warm up", "mode": "vector", "k": 1,
-                                        **READER})["mode_used"] != "vector":
-        if time.perf_counter() - warm > 300:
-            daemon.stop()
-            raise SystemExit("the embedder did not load in 300 s")
-        time.sleep(0.5)
+    wait_vector_leg(daemon)
     # The HNSW graphs (store/sqlite/ann_set.py) are built or loaded on a thread after start;
     # until they are ready the vector leg scans exactly. Measure once they are.
     while True:
