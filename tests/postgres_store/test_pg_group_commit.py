@@ -117,3 +117,73 @@ def test_a_large_group_goes_in_multi_row_inserts_with_every_value_kept(pg_engine
     with read_only(pg_engine) as conn:
         verdict = audit.check(conn)
     assert verdict.ok and verdict.events == len(items) + verdict.anchors
+
+
+HOLD = "held inside its insert by a trigger"
+
+
+def test_a_batch_whose_anchor_is_due_is_sent_whole_with_its_commit_before_any_answer_is_awaited(
+        pg_engine: Engine) -> None:
+    """A group whose audit events pass an anchor reads the other lanes' heads before it inserts
+    anything, so its rows, events, jobs and COMMIT reach the server together. Here the server
+    sleeps inside the batch's INSERT while the client's socket is shut: the server finds the
+    COMMIT already sent and commits the batch whole. (Before, the anchor's read was awaited
+    after the INSERT, the COMMIT was never sent, and the batch was lost.)"""
+    import os
+    import socket
+    import threading
+
+    from sqlalchemy import select
+
+    from memoryd.store.schema import audit_lanes
+
+    commit_units(pg_engine, _units([[f"filler {i}" for i in range(audit.ANCHOR_EVERY - 1)]]), CTX, NOW)
+    with pg_engine.begin() as holder:  # lane 0 held: the next write opens lane 1
+        holder.execute(select(audit_lanes.c.lane).where(audit_lanes.c.lane == 0).with_for_update())
+        commit_units(pg_engine, _units([["on lane one"]], owner="b"), CTX, NOW)
+    with pg_engine.begin() as conn:
+        conn.execute(text("CREATE FUNCTION hold_batch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                          f"IF NEW.content = '{HOLD}' THEN PERFORM pg_sleep(3); END IF; RETURN NULL; END $$"))
+        conn.execute(text("CREATE TRIGGER hold_batch AFTER INSERT ON memories FOR EACH ROW "
+                          "EXECUTE FUNCTION hold_batch()"))
+    kept = pg_engine.connect()
+    fd = kept.connection.dbapi_connection.pgconn.socket  # type: ignore[union-attr]
+    outcome: list[Any] = []
+    writer = threading.Thread(target=lambda: outcome.append(
+        commit_units(kept, _units([[HOLD]]), CTX, NOW)), daemon=True)
+    writer.start()
+    sleeping = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+    for _ in range(200):
+        if _count(pg_engine, sleeping):
+            break
+        threading.Event().wait(0.05)
+    else:
+        raise AssertionError("the batch never reached its INSERT")
+    cut = socket.socket(fileno=os.dup(fd))
+    cut.shutdown(socket.SHUT_RDWR)  # the client is gone, as after kill -9
+    cut.close()
+    writer.join(30)
+    for _ in range(200):
+        if not _count(pg_engine, sleeping):
+            break
+        threading.Event().wait(0.05)
+    kept.invalidate()
+    kept.close()
+    assert _count(pg_engine, f"SELECT count(*) FROM memories WHERE content = '{HOLD}'") == 1
+    assert _count(pg_engine, "SELECT count(*) FROM audit_events WHERE action = 'audit.anchor'") == 1
+    assert _count(pg_engine, "SELECT count(*) FROM jobs j JOIN memories m ON m.id = j.target "
+                             f"WHERE m.content = '{HOLD}'") == 2
+    with read_only(pg_engine) as conn:
+        assert audit.check(conn).ok
+
+
+def test_a_read_only_transaction_reads_one_snapshot(pg_engine: Engine) -> None:
+    """audit.verify reads the events, then the lanes' head rows: a commit between the two must
+    not show a head row newer than the events read (READ COMMITTED would)."""
+    count = "SELECT count(*) FROM audit_events"
+    with read_only(pg_engine) as conn:
+        before = conn.execute(text(count)).scalar_one()
+        commit_units(pg_engine, _units([["committed meanwhile"]]), CTX, NOW)
+        assert conn.execute(text(count)).scalar_one() == before
+        assert audit.check(conn).ok
+    assert _count(pg_engine, count) == before + 1

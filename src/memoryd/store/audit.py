@@ -115,6 +115,28 @@ def append_many(conn: Connection, events: Sequence[Event], lane: LanePick | None
     """
     if not events:
         return last_hash(conn)
+    return write_append(conn, plan_append(conn, events, lane))
+
+
+@dataclass
+class Append:
+    """Events chained onto a lane and not yet inserted (:func:`plan_append`)."""
+
+    lane: int
+    rows: list[dict[str, Any]]
+    #: The lane's event count and head hash once these rows are in.
+    count: int
+    head: str
+
+
+def plan_append(conn: Connection, events: Sequence[Event], lane: LanePick | None = None) -> Append:
+    """Every read an append needs (the lane, and the other lanes' heads when an anchor is due),
+    done now; :func:`write_append` then only writes.
+
+    The group committer plans before it inserts the batch's rows, so that in pipeline mode
+    nothing waits on an answer once the first insert is sent: the batch, its events and its
+    COMMIT reach the server together, and a daemon killed while the server runs them leaves
+    the batch committed whole rather than cut off before its COMMIT."""
     number, count, prev = _take_lane(conn, lane)
     rows = []
     for ev in events:
@@ -124,7 +146,7 @@ def append_many(conn: Connection, events: Sequence[Event], lane: LanePick | None
                      "hash": digest_})
         prev = digest_
     after = count + len(rows)
-    if after // ANCHOR_EVERY != count // ANCHOR_EVERY:
+    if events and after // ANCHOR_EVERY != count // ANCHOR_EVERY:
         anchor = _anchor(conn, number, events[-1].at)
         if anchor is not None:
             digest_ = digest(prev, anchor.at, anchor.actor, anchor.action, None, anchor.detail)
@@ -133,12 +155,18 @@ def append_many(conn: Connection, events: Sequence[Event], lane: LanePick | None
                          "hash": digest_})
             prev = digest_
             after += 1
-    insert_rows(conn, audit_events, _EVENT_COLUMNS, rows)
-    move = prepare(conn, "audit-lane-move", lambda: update(audit_lanes)
-                   .where(audit_lanes.c.lane == bindparam("l"))
-                   .values(n=bindparam("n"), hash=bindparam("h")))
-    run(conn, move, {"l": number, "n": after, "h": prev})
-    return prev
+    return Append(number, rows, after, prev)
+
+
+def write_append(conn: Connection, plan: Append) -> str:
+    """Insert a planned append's events and move its lane's head; return the last hash."""
+    if plan.rows:
+        insert_rows(conn, audit_events, _EVENT_COLUMNS, plan.rows)
+        move = prepare(conn, "audit-lane-move", lambda: update(audit_lanes)
+                       .where(audit_lanes.c.lane == bindparam("l"))
+                       .values(n=bindparam("n"), hash=bindparam("h")))
+        run(conn, move, {"l": plan.lane, "n": plan.count, "h": plan.head})
+    return plan.head
 
 
 _EVENT_COLUMNS = ("lane", "at", "actor", "action", "memory_id", "detail", "prev_hash", "hash")

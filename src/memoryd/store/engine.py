@@ -182,9 +182,15 @@ def write_gate(engine: Engine) -> WriteGate | None:
 
 @contextmanager
 def read_only(engine: Engine) -> Iterator[Connection]:
-    """A connection whose transaction is deferred (a consistent read snapshot)."""
+    """A connection whose transaction reads one consistent snapshot: a deferred transaction
+    on SQLite, a REPEATABLE READ one on PostgreSQL (whose default, READ COMMITTED, takes a
+    new snapshot per statement: a reader of two tables could see a commit between them,
+    such as an audit lane's head row newer than the events it had read)."""
     with engine.connect() as conn:
-        conn.execution_options(**{BEGIN_OPTION: "DEFERRED"})
+        if is_sqlite(engine):
+            conn.execution_options(**{BEGIN_OPTION: "DEFERRED"})
+        else:
+            conn.execution_options(isolation_level="REPEATABLE READ")
         with conn.begin():
             yield conn
 

@@ -222,9 +222,12 @@ def write_plain(conn: Connection, units: Sequence[tuple[Sequence[NewMemory], str
             live[key] = _Live(values["id"], values["recorded_at"], 1)
             results.append(new_result(values, list(ctx.passes)))
         outcomes.append(results)
+    # Every read comes before the first insert (audit.plan_append says why).
+    append = audit.plan_append(conn, events, lane) if events else None
     _insert_rows(conn, rows)
     _corroborate(conn, bumps)
-    audit.append_many(conn, events, lane)
+    if append is not None:
+        audit.write_append(conn, append)
     jobq.enqueue_many(conn, [(p, r["id"]) for r in rows for p in ctx.passes], now=now.timestamp(),
                       max_attempts=ctx.max_attempts)
     return outcomes
