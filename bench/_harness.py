@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -33,9 +34,10 @@ SOCKET_NAME = "memoryd.sock"
 
 
 # -- command line -------------------------------------------------------------
-def parser(description: str) -> argparse.ArgumentParser:
-    """An argument parser with the options every benchmark takes."""
-    p = argparse.ArgumentParser(description=description)
+def parser(description: str, *, baseline: str) -> argparse.ArgumentParser:
+    """An argument parser with the options every benchmark takes; ``--help`` says what the
+    bench measures (``description``) and what it is measured against (``baseline``)."""
+    p = argparse.ArgumentParser(description=description, epilog=f"Baseline: {baseline}")
     p.add_argument("--quick", action="store_true", help="a short smoke run (smaller N, shorter windows)")
     p.add_argument("--keep", action="store_true", help="keep the temp directory (daemon logs, database)")
     return p
@@ -584,3 +586,37 @@ def tree_cpu_seconds(pid: int) -> tuple[float, float]:
         return own, kids
     except psutil.Error:
         return float("nan"), float("nan")
+
+
+# -- queries and the vector leg ---------------------------------------------------------
+#: Common English function words, and question words an agent's query is full of.
+_STOP_TEXT = """
+a about above after again against all am an and any are aren as at be because been before being below
+between both but by can cannot could couldn d did didn do does doesn doing don down during each few for
+from further had hadn has hasn have haven having he her here hers herself him himself his how i if in
+into is isn it its itself just let ll m me more most my myself no nor not now of off on once only or
+other ought our ours ourselves out over own re s same she should shouldn so some such t than that the
+their theirs them themselves then there these they this those through to too under until up ve very was
+wasn we were weren what when where which while who whom why will with won would wouldn you your yours
+yourself yourselves get got
+"""
+STOP_WORDS = frozenset(_STOP_TEXT.split())
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def strip_stop_words(query: str) -> str:
+    words = [w for w in _WORD.findall(query) if w.lower() not in STOP_WORDS]
+    return " ".join(words) or query
+
+
+def wait_vector_leg(daemon: Daemon, timeout_s: float = 300.0, **owner: str) -> None:
+    """Until a vector search (under ``owner``'s fields) answers as one: the daemon's embedder
+    has loaded. Stops the daemon and ends the run when it never does."""
+    deadline = time.monotonic() + timeout_s
+    while daemon.call("memory.search", {"query": "warm up", "mode": "vector", "k": 1,
+                                        **owner})["mode_used"] != "vector":
+        if time.monotonic() > deadline:
+            daemon.stop()
+            raise SystemExit(f"the vector leg did not come up in {timeout_s:.0f} s "
+                             "(the embedder never loaded)")
+        time.sleep(0.5)

@@ -116,7 +116,9 @@ def open_hostile(path: Path, count: int, requests: int, limit: int) -> list[sock
 
 
 def main() -> None:
-    p = h.parser(__doc__.split("\n\n")[0])
+    p = h.parser(__doc__.split("\n\n")[0],
+                 baseline=('ping latency on the same daemon with no hostile client (the raw series), same '
+                           'run.'))
     p.add_argument("--rows", type=int, default=100, help="memories to seed (default 100)")
     p.add_argument("--row-kb", type=int, default=60, help="size of each memory in KB (default 60)")
     p.add_argument("--hostile", type=int, default=16, help="connections that never read (default 16)")

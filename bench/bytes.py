@@ -318,7 +318,9 @@ def prototypes(root: Path, n: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    p = h.parser(__doc__.splitlines()[0])
+    p = h.parser(__doc__.splitlines()[0],
+                 baseline=('the old vector layout (migrations up to 0006) on the same memories and vectors; '
+                           'recall against an exact brute-force top-40.'))
     p.add_argument("--n", type=int, default=None, help="memories per store (default 10,000)")
     p.add_argument("--old-sessions", type=int, default=None,
                    help="memories in the old layout's sessions store (default 300: ~480 MB)")

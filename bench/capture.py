@@ -108,7 +108,9 @@ def series(n: int, session: Session, env: dict[str, str],
 
 
 def main() -> None:
-    args = h.parser(__doc__.splitlines()[0]).parse_args()
+    args = h.parser(__doc__.splitlines()[0],
+                 baseline=("spawning `python -c pass` with the same interpreter, and `python -c 'import "
+                           "memoryd.cli'`, interleaved call by call.")).parse_args()
     n = 20 if args.quick else 200
     h.banner("capture", f"{n} hook runs per series; daemon up, then down (spool)", args.quick)
     results: dict[str, Any] = {"n": n}

@@ -73,7 +73,9 @@ def run_once(cmd: list[str], payload: bytes, env: dict[str, str]) -> tuple[float
 
 
 def main() -> None:
-    p = h.parser(__doc__.splitlines()[0])
+    p = h.parser(__doc__.splitlines()[0],
+                 baseline=('none by default (absolute wall time and peak RSS per run); --src DIR runs another'
+                           " checkout's hook on the same transcript."))
     p.add_argument("--mb", type=int, default=None, help="transcript size in MB (default 300; --quick 40)")
     p.add_argument("--src", default=None, help="run the hook from this checkout's src directory")
     p.add_argument("--max-runs", type=int, default=1000, help="stop after this many hook runs")

@@ -256,7 +256,8 @@ def llm_on_low_margin(sets: list[dict[str, Any]], rows_by_set: dict[str, list[di
 
 
 def main() -> None:
-    p = h.parser(__doc__.split("\n\n")[0])
+    p = h.parser(__doc__.split("\n\n")[0],
+                 baseline='the 0.1.0 classifier, frozen in this bench, item for item on the same vectors.')
     p.add_argument("--llm", action="store_true", help="also ask the bundled LLM on the low-margin notes")
     args = p.parse_args()
     h.banner("classify", "kind accuracy (before/after, held-out and tuning) and items/s, real embedder",

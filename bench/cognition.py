@@ -391,7 +391,9 @@ def _pr_row(pr: PR) -> list[Any]:
 
 
 def main() -> None:
-    p = h.parser(__doc__.splitlines()[0])
+    p = h.parser(__doc__.splitlines()[0],
+                 baseline=("the majority class for classify; for extract, the LLM's raw answers before "
+                           'grounding.'))
     p.add_argument("--llm", action="append", default=[], metavar="PATH",
                    help="another GGUF to evaluate beside the bundled one (repeatable)")
     p.add_argument("--skip-classify", action="store_true")

@@ -138,7 +138,9 @@ def start_console(daemon: h.Daemon) -> tuple[subprocess.Popen[str], str, float]:
 
 
 def main() -> None:
-    args = h.parser(__doc__.splitlines()[0]).parse_args()
+    args = h.parser(__doc__.splitlines()[0],
+                 baseline=("the same operator calls made directly on the socket with memoryd's sync client, "
+                           'same run.')).parse_args()
     args_rounds = 5 if args.quick else 15
     n = 10_000 if args.quick else 100_000
     h.banner("console", f"memoryd console pages at {n:,} memories", args.quick)

@@ -379,7 +379,9 @@ def pass_sql_overhead(template: Path, scratch: Path, batch_sizes: list[int]) -> 
 
 
 def main() -> None:
-    p = h.parser(__doc__.split("\n\n")[0])
+    p = h.parser(__doc__.split("\n\n")[0],
+                 baseline=('sentence-transformers encoding the same texts in process (same model, same '
+                           'threads), same run.'))
     p.add_argument("--n", type=int, default=None, help="memories to embed (default 1000; --quick 200)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2,
                    help="model_threads for the extra trials (default: the CPU count, as torch's default)")

@@ -161,7 +161,9 @@ def wait_ready(proc: subprocess.Popen[bytes], what: str, timeout_s: float = 300.
 
 
 def main() -> None:
-    args = h.parser(__doc__.split("\n\n")[0]).parse_args()
+    args = h.parser(__doc__.split("\n\n")[0],
+                 baseline=('none: absolute CPU (% of one core; target < 0.5 %), '
+                           'wake-ups/s and RSS.')).parse_args()
     window = 5.0 if args.quick else 20.0
     settle = 5.0
     h.banner("idle", "idle cost of the daemon: CPU, wake-ups and memory, against idle Python baselines",

@@ -304,7 +304,8 @@ def _kept_rows(n: int, kept: list[dict[str, Any]], raw: list[float]) -> list[lis
 
 
 def main() -> None:
-    p = parser(__doc__.split("\n\n")[0])
+    p = parser(__doc__.split("\n\n")[0],
+               baseline='plain memory.write_many of the same contents (no vectors, no restore), same run.')
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000])
     p.add_argument("--repeat", type=int, default=1,
                    help="runs per size (fresh daemons each): ranges; 0 with --index-control: that run only")

@@ -594,7 +594,9 @@ def classify_methods(db: Path) -> dict[str, int]:
 
 
 def main() -> None:
-    p = h.parser(__doc__.splitlines()[0])
+    p = h.parser(__doc__.splitlines()[0],
+                 baseline=('the labels of tests/data/lifecycle_pairs.jsonl for decisions; absolute jobs/s for'
+                           ' throughput.'))
     p.add_argument("--skip-pairs", action="store_true")
     p.add_argument("--skip-throughput", action="store_true")
     p.add_argument("-n", type=int, default=None, help="memories for the throughput run (10000; --quick 1000)")

@@ -8,7 +8,7 @@ interleaved order, three processes and times them from just before the spawn:
     spawn -> `initialize` answered -> `tools/list` answered -> the first
     `tools/call` (memory_status, against a real daemon) answered;
 (s) SDK alone: the same server without the early handshake answers
-    (memoryd.editors.mcp_server.run), the same three times: what the SDK's
+    (memoryd.editors.mcp.server.run), the same three times: what the SDK's
     import costs an editor that waits for it;
 (r) raw: `python -c pass` with the same interpreter, spawn to exit: the floor
     of any Python process on this machine at this moment.
@@ -35,14 +35,14 @@ from typing import IO, Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness as h
-from memoryd.editors.mcp_config import memoryd_argv
+from memoryd.editors.mcp.config import memoryd_argv
 
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
 SDK_ONLY = """
 import sys
 from memoryd.config import load_config
-from memoryd.editors import mcp_server
-from memoryd.editors.binding import Binding
+from memoryd.editors.mcp import server as mcp_server
+from memoryd.editors.mcp.binding import Binding
 mcp_server.run(Binding(agent_id="bench", user_id="bench", project="bench", session_id="s"),
                load_config(None, socket=sys.argv[1]))
 """
@@ -118,7 +118,9 @@ def import_breakdown(statement: str, runs: int = 3) -> dict[str, Any]:
 
 
 def main() -> None:
-    args = h.parser(__doc__.splitlines()[0]).parse_args()
+    args = h.parser(__doc__.splitlines()[0],
+                 baseline=("`python -c pass` spawned to exit with the same interpreter, and the SDK's server "
+                           'without the early handshake, interleaved.')).parse_args()
     rounds = 5 if args.quick else 20
     h.banner("mcp_startup", "spawn -> initialize / tools/list / first tool call, vs the SDK alone and "
              "a raw `python -c pass` spawn, interleaved", args.quick)
@@ -150,9 +152,9 @@ def main() -> None:
 
     imports = {
         "bridge before its first answer (memoryd.cli + mcp_handshake)":
-            import_breakdown("import memoryd.cli, memoryd.editors.mcp_handshake"),
-        "the SDK's server (memoryd.editors.mcp_server)":
-            import_breakdown("import memoryd.editors.mcp_server"),
+            import_breakdown("import memoryd.cli, memoryd.editors.mcp.handshake"),
+        "the SDK's server (memoryd.editors.mcp.server)":
+            import_breakdown("import memoryd.editors.mcp.server"),
         "nothing (python -X importtime -c pass)": import_breakdown("pass"),
     }
     for title, data in imports.items():

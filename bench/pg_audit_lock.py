@@ -126,7 +126,9 @@ def series(url: str, window_s: float, lanes: bool, server: Any = None,
 
 
 def main() -> None:
-    p = parser(__doc__.splitlines()[0])
+    p = parser(__doc__.splitlines()[0],
+               baseline=('one lane (every append serialised, as before migration 0010), same server and '
+                         'window.'))
     p.add_argument("--window", type=float, default=None, help="seconds per series (10; --quick 4)")
     p.add_argument("--watch", action="store_true", help="sample pg_stat_activity and pg_locks meanwhile")
     args = p.parse_args()

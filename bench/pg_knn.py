@@ -94,7 +94,9 @@ def run(engine, reader: str, rng: np.random.Generator) -> None:  # type: ignore[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Baseline: the exact scan of the same reader's rows (recall@10 against its answer).")
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--ef", type=int, nargs="+", default=[pgv.MIN_EF_SEARCH],
                         help="minimum hnsw.ef_search values to compare")

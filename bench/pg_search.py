@@ -512,7 +512,8 @@ def print_build(b: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    p = h.parser(__doc__.splitlines()[0])
+    p = h.parser(__doc__.splitlines()[0],
+                 baseline='the raw SQL of each leg run directly on the same database, same run.')
     p.add_argument("--sizes", default=None,
                    help="comma-separated store sizes (default 100000; --quick 10000)")
     p.add_argument("--queries", type=int, default=None, help="distinct queries per series (60; --quick 20)")

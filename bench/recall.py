@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -52,19 +51,6 @@ MODES = ("lexical", "vector", "hybrid")
 K = 10
 DEEP = 100  # rows per leg fetched for the offline re-fusion
 
-#: Common English function words, and question words an agent's query is full of.
-_STOP_TEXT = """
-a about above after again against all am an and any are aren as at be because been before being below
-between both but by can cannot could couldn d did didn do does doesn doing don down during each few for
-from further had hadn has hasn have haven having he her here hers herself him himself his how i if in
-into is isn it its itself just let ll m me more most my myself no nor not now of off on once only or
-other ought our ours ourselves out over own re s same she should shouldn so some such t than that the
-their theirs them themselves then there these they this those through to too under until up ve very was
-wasn we were weren what when where which while who whom why will with won would wouldn you your yours
-yourself yourselves get got
-"""
-STOP_WORDS = frozenset(_STOP_TEXT.split())
-_WORD = re.compile(r"\w+", re.UNICODE)
 
 
 # -- metrics ----------------------------------------------------------------------
@@ -120,11 +106,6 @@ def score_fusion(lex: Sequence[dict[str, Any]], vec: Sequence[dict[str, Any]], *
     return [i for i, _ in sorted(fused.items(), key=lambda kv: kv[1], reverse=True)][:K]
 
 
-def strip_stop_words(query: str) -> str:
-    words = [w for w in _WORD.findall(query) if w.lower() not in STOP_WORDS]
-    return " ".join(words) or query
-
-
 # -- the run -------------------------------------------------------------------------
 def load(daemon: h.Daemon, data: dict[str, Any]) -> dict[str, str]:
     """Write the memories; return daemon id -> dataset id."""
@@ -141,17 +122,6 @@ def load(daemon: h.Daemon, data: dict[str, Any]) -> dict[str, str]:
     return {r["id"]: m["id"] for r, m in zip(out, data["memories"], strict=True)}
 
 
-def wait_vector_ready(daemon: h.Daemon, timeout_s: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        res = daemon.call("memory.search", {"query": "warm up", "mode": "vector", "k": 1})
-        if res["mode_used"] == "vector":
-            return
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the vector leg never came up: {res['notices']}")
-        time.sleep(0.5)
-
-
 SETS = (("paraphrase", "questions"), ("keyword", "keyword_questions"))
 #: 60 paraphrase questions over the same memories, written after RRF_K and LEG_WEIGHTS were
 #: chosen on the sets above (and about memories no question there targets): a check that the
@@ -160,7 +130,9 @@ HOLDOUT = DATA.with_name("recall_holdout.json")
 
 
 def main() -> None:
-    parser = h.parser(__doc__.splitlines()[0])
+    parser = h.parser(__doc__.splitlines()[0],
+                 baseline=("each leg alone (lexical, vector) on the same labelled questions; the daemon's "
+                           'fusion re-fused offline.'))
     parser.add_argument("--set", choices=("notes", "conversations"), default="notes",
                         help="notes: tests/data/recall*.json (default); "
                              "conversations: tests/data/conversations/")
@@ -173,10 +145,10 @@ def main() -> None:
                              "(tests/postgres.py) instead of SQLite")
     parser.add_argument("--sweep", action="store_true",
                         help="conversations only: also re-fuse the tuning half's legs offline under "
-                             "ranking variants (bench/recall_conv_sweep.py)")
+                             "ranking variants (bench/studies/recall_sweep.py)")
     args = parser.parse_args()
     if args.set == "conversations":
-        import recall_conversations
+        import recall_conversations  # the conversational set's bench (it does not import this one)
 
         recall_conversations.main(args.quick, args.keep, args.reuse, args.sweep)
         return
@@ -211,7 +183,7 @@ def run_notes(args: Any, daemon: h.Daemon, data: dict[str, Any], reader: dict[st
     t0 = time.perf_counter()
     to_label = load(daemon, data)
     h.wait_drained(daemon, "embed")
-    wait_vector_ready(daemon)
+    h.wait_vector_leg(daemon)
     print(f"loaded and embedded in {time.perf_counter() - t0:.1f} s")
 
     def ask(query: str, mode: str, k: int, explain: bool = False) -> dict[str, Any]:
@@ -272,7 +244,7 @@ def sweep(sets: dict[str, list[dict[str, Any]]], answers: dict[str, list[set[str
                     for q in qs],
             "vec": [own(ask(q["question"], "vector", DEEP, explain=True)["results"], "vector")
                     for q in qs],
-            "lex_nostop": [own(ask(strip_stop_words(q["question"]), "lexical", DEEP,
+            "lex_nostop": [own(ask(h.strip_stop_words(q["question"]), "lexical", DEEP,
                                    explain=True)["results"], "lexical") for q in qs],
         }
     id_to_row = {r["id"]: r for per_set in legs.values() for rows in per_set.values()

@@ -144,8 +144,8 @@ def row(t: Turn, seq: int, stamp: str) -> dict[str, Any]:
 
 def fusion_setup(turns: Sequence[Turn], questions: Sequence[dict[str, Any]], embedder: Any,
                  args: argparse.Namespace, stamp: str) -> Callable[..., Any]:
-    """What recall_conv_fusions.py's variants read besides the legs, per question."""
-    import recall_conv_fusions as F
+    """What studies/recall_fusions.py's variants read besides the legs, per question."""
+    from studies import recall_fusions as F
 
     half = "held-out" if args.held_out else "tuning"
     words = encode(embedder, [" ".join(F.content_words(q["question"])) or q["question"] for q in questions],
@@ -178,14 +178,17 @@ def fusion_setup(turns: Sequence[Turn], questions: Sequence[dict[str, Any]], emb
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=("Baseline: the plain variant (each turn alone), the daemon's "
+                                         'indexing today.'))
     ap.add_argument("--held-out", action="store_true", help="score the held-out half (once per kept change)")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/memoryd-conv-vectors"))
     ap.add_argument("--variants", default="plain,pass,prev,own+prev,mix:prev:1,before:0.5",
                     help="vector variants: a text (TEXTS), mix:TEXT:λ or before:λ1[:λ2...] (vectors_for)")
     ap.add_argument("--lexical", default="plain", help="text variants indexed by the lexical leg")
     ap.add_argument("--fusions", action="store_true",
-                    help="also rank by recall_conv_fusions.py's variants (first vector and lexical variant)")
+                    help="also rank by the variants of studies/recall_fusions.py "
+                         "(first vector and lexical variant)")
     args = ap.parse_args()
     half = "held-out" if args.held_out else "tuning"
 
@@ -250,7 +253,7 @@ def main() -> None:
                 results.setdefault(f"hybrid vec={vname} lex={lname}", []).append(
                     rc.score([r["id"] for r in fused], q, session_of))
         if fusion_query is not None:
-            import recall_conv_fusions as F
+            from studies import recall_fusions as F
 
             vecs, db = next(iter(vec_sets.values())), next(iter(lex_sets.values()))
             fq = fusion_query(qi, q, vecs, windows, parse_rfc3339(asked_at[q["id"]]))

@@ -226,7 +226,6 @@ def _root(reuse: Path | None, keep: bool) -> Iterator[Path]:
 
 
 def main(quick: bool, keep: bool, reuse: Path | None = None, sweep: bool = False) -> None:
-    from recall import wait_vector_ready
 
     what = "hit@k, recall@k, MRR@10 and session hit@10 per mode"
     h.banner("recall --set conversations", f"{DATA.relative_to(DATA.parents[2])}: {what}", quick)
@@ -252,7 +251,7 @@ def main(quick: bool, keep: bool, reuse: Path | None = None, sweep: bool = False
             to_turn = load(daemon, dialogues)
         written_s = time.perf_counter() - t0
         h.wait_drained(daemon, "embed")
-        wait_vector_ready(daemon)
+        h.wait_vector_leg(daemon)
         embedded_s = time.perf_counter() - t0
         if reuse is not None and not saved.exists():
             saved.write_text(json.dumps(to_turn))
@@ -281,11 +280,11 @@ def main(quick: bool, keep: bool, reuse: Path | None = None, sweep: bool = False
         print(f"{len(questions) * len(MODES)} searches in {search_s:.1f} s")
         variants = None
         if sweep:
-            import recall_conv_sweep
+            from studies import recall_sweep
 
             with daemon.client() as client:
                 hybrid = {q["id"]: ranked[q["id"]]["hybrid"] for q in questions}
-                variants = recall_conv_sweep.sweep(client, questions, reader, asked_at, hybrid,
+                variants = recall_sweep.sweep(client, questions, reader, asked_at, hybrid,
                                                    to_turn, session_of, score, FIGURES,
                                                    neighbour_ids(dialogues, to_turn))
 
@@ -303,3 +302,8 @@ def main(quick: bool, keep: bool, reuse: Path | None = None, sweep: bool = False
                                 "top10": ranked[q["id"]], "figures": per_question[q["id"]]}
                       for q in questions},
     }, quick)
+
+
+if __name__ == "__main__":
+    raise SystemExit("the conversational set's part of bench/recall.py: run "
+                     ".venv/bin/python bench/recall.py --set conversations [--quick] [--sweep]")

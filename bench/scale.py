@@ -352,7 +352,9 @@ def part_drain(root: Path, server: PgServer, m: int) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    p = parser(__doc__.splitlines()[0])
+    p = parser(__doc__.splitlines()[0],
+               baseline=('raw single-row INSERT ... COMMIT on the same PostgreSQL database, same clients and '
+                         'window, same run.'))
     p.add_argument("--n", type=int, default=None,
                    help="memories for the search part (100,000; --quick 10,000)")
     p.add_argument("--window", type=float, default=None, help="seconds per write measurement (10; --quick 4)")

@@ -492,14 +492,8 @@ def print_prototypes(size: int, p: dict[str, Any]) -> None:
 
 
 def wait_vector_leg(daemon: h.Daemon, timeout_s: float = 300.0) -> None:
-    """Until a vector search answers as one (the daemon's embedder has loaded)."""
-    warm = time.perf_counter()
-    while daemon.call("memory.search", {"query": "warm up", "mode": "vector", "k": 1,
-                                        **READER})["mode_used"] != "vector":
-        if time.perf_counter() - warm > timeout_s:
-            daemon.stop()
-            raise SystemExit(f"the embedder did not load in {timeout_s:.0f} s")
-        time.sleep(0.5)
+    """Until a vector search as this bench's reader answers as one (the embedder has loaded)."""
+    h.wait_vector_leg(daemon, timeout_s, **READER)
 
 
 def start_daemon(root: Path, data_dir: Path, label: str) -> h.Daemon:
@@ -526,7 +520,8 @@ def start_daemon(root: Path, data_dir: Path, label: str) -> h.Daemon:
 
 
 def main() -> None:
-    p = h.parser(__doc__.splitlines()[0])
+    p = h.parser(__doc__.splitlines()[0],
+                 baseline='the raw FTS5 MATCH and vec0 KNN of the same queries on the same store, same run.')
     p.add_argument("--sizes", default=None, help="comma-separated store sizes (default 10000,100000)")
     p.add_argument("--queries", type=int, default=None, help="distinct queries per series")
     p.add_argument("--probe-timeout", type=float, default=300.0,

@@ -141,7 +141,9 @@ def show(name: str, figures: dict[str, float]) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=('Baseline: the fused order without the learned ranking, on the same '
+                                         'candidates.'))
     ap.add_argument("--write", action="store_true", help=f"write the weights to {WEIGHTS_PATH}")
     ap.add_argument("--check", action="store_true",
                     help="exit 1 unless the fitted weights equal the committed ones (to 1e-6)")

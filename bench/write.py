@@ -267,7 +267,9 @@ def store_layer(path: Path, n: int, batch_sizes: tuple[int, ...] = (1, 8, 64)) -
 
 # -- main ---------------------------------------------------------------------------
 def main() -> None:
-    p = h.parser(__doc__.split("\n\n")[0])
+    p = h.parser(__doc__.split("\n\n")[0],
+                 baseline=('raw durable single-row SQLite commits in a loop, and one memory row per commit '
+                           "into memoryd's schema by plain SQL, same run; daemon.ping as a ceiling."))
     p.add_argument("--clients", default="4,16", help="concurrency levels, comma-separated (default 4,16)")
     args = p.parse_args()
     args_clients = [int(x) for x in args.clients.split(",") if x.strip()]

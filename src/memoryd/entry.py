@@ -2,7 +2,7 @@
 
 `memoryd capture claude-code` runs inside the editor's turn and must return
 within its budget; the click CLI alone takes longer to import than that. So
-the hook's argv goes to memoryd.editors.capture_fast first, which imports only
+the hook's argv goes to memoryd.editors.capture.fast first, which imports only
 the standard library; everything else (and the hook's --help and
 --print-config) is the click CLI in memoryd.cli.
 
@@ -24,7 +24,7 @@ def main() -> None:
     private_umask()
     from_hook = sys.argv[1:3] == ["capture", "claude-code"]
     if from_hook:
-        from memoryd.editors.capture_fast import main as hook
+        from memoryd.editors.capture.fast import main as hook
 
         code = hook(sys.argv[3:])
         if code is not None:

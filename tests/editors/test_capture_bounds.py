@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from memoryd.editors import capture_hook, capture_transcript
-from memoryd.editors.capture_transcript import ROOTS_ENV, TranscriptRefused, read_turns, transcript_roots
+from memoryd.editors.capture import hook as capture_hook
+from memoryd.editors.capture import transcript as capture_transcript
+from memoryd.editors.capture.transcript import ROOTS_ENV, TranscriptRefused, read_turns, transcript_roots
 from tests.integration.harness import DaemonHandle
 
 SESSION = "0c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.editors.capture_hook import Options, prune_cursors, run, state_path
-from memoryd.editors.capture_transcript import ROOTS_ENV
+from memoryd.editors.capture.hook import Options, prune_cursors, run, state_path
+from memoryd.editors.capture.transcript import ROOTS_ENV
 
 DAY = 86_400.0
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from memoryd.editors import capture_spool
-from memoryd.editors.capture_transcript import ROOTS_ENV
+from memoryd.editors.capture import spool as capture_spool
+from memoryd.editors.capture.transcript import ROOTS_ENV
 from tests.integration.harness import DaemonHandle, wait_until
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "claude_code"

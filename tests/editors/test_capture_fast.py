@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from memoryd.config import load_config
-from memoryd.editors.capture_fast import parse, resolve_paths
+from memoryd.editors.capture.fast import parse, resolve_paths
 
 ENV_NAMES = ("MEMORYD_SOCKET", "MEMORYD_DATA_DIR", "MEMORYD_CONFIG", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME",
              "XDG_DATA_HOME", "XDG_STATE_HOME")

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from memoryd.editors import capture_spool
-from memoryd.editors.capture_transcript import ROOTS_ENV
+from memoryd.editors.capture import spool as capture_spool
+from memoryd.editors.capture.transcript import ROOTS_ENV
 from tests.editors.test_capture_bounds import SESSION, entry
 from tests.integration.harness import DaemonHandle, wait_until
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from memoryd.clock import normalize_rfc3339
-from memoryd.editors.capture_transcript import ROOTS_ENV, read_turns, turn_text
+from memoryd.editors.capture.transcript import ROOTS_ENV, read_turns, turn_text
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "claude_code"
 

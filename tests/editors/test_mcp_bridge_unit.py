@@ -11,9 +11,9 @@ import asyncio
 from typing import Any
 
 from memoryd.client import SearchResult
-from memoryd.editors.binding import Binding
-from memoryd.editors.mcp_bridge import Bridge
-from memoryd.editors.mcp_tools import tool_specs
+from memoryd.editors.mcp.binding import Binding
+from memoryd.editors.mcp.bridge import Bridge
+from memoryd.editors.mcp.tools import tool_specs
 
 BINDING = Binding(agent_id="me", user_id="u", project="alpha", session_id="s")
 

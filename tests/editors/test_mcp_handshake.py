@@ -1,4 +1,4 @@
-"""The handshake the bridge answers while the SDK imports (editors/mcp_handshake.py).
+"""The handshake the bridge answers while the SDK imports (editors/mcp/handshake.py).
 
 Its answers must be the SDK's own: they are compared with what the SDK's
 server says to the same requests, over a real pipe, field for field. Then the
@@ -19,16 +19,16 @@ from typing import Any
 import pytest
 
 from memoryd.config import Config
-from memoryd.editors.mcp_handshake import DropAnswered, EarlyAnswers, ReplayThenRead, sdk_versions
-from memoryd.editors.mcp_tools import tool_specs
+from memoryd.editors.mcp.handshake import DropAnswered, EarlyAnswers, ReplayThenRead, sdk_versions
+from memoryd.editors.mcp.tools import tool_specs
 from tests.integration.harness import DaemonHandle, hermetic_env
 
 #: Runs the SDK's server alone, without the early answers, for the reference answers.
 SDK_ONLY = """
 import sys
 from memoryd.config import load_config
-from memoryd.editors import mcp_server
-from memoryd.editors.binding import Binding
+from memoryd.editors.mcp import server as mcp_server
+from memoryd.editors.mcp.binding import Binding
 binding = Binding(agent_id="a", user_id="u", project="p", session_id="s")
 mcp_server.run(binding, load_config(None, socket=sys.argv[1]))
 """

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, text
 
 from memoryd.errors import Tombstoned
 from memoryd.store import audit, groupwrite
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 from memoryd.store.engine import read_only
 from memoryd.store.memories import WriteContext
 from memoryd.store.writes import WriteUnit, commit_units

@@ -19,7 +19,7 @@ from sqlalchemy import select
 
 from memoryd.clock import to_rfc3339
 from memoryd.store import entities, links, proposals
-from memoryd.store.copy_tables import TABLES, adapt_row
+from memoryd.store.copy.tables import TABLES, adapt_row
 from memoryd.store.engine import create_store_engine
 from memoryd.store.schema import extractions
 from tests.integration.harness import SRC_DIR

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from memoryd.daemon.lock import DataDirLock
+from memoryd.datadir_lock import DataDirLock
 from memoryd.store import audit, vectors
-from memoryd.store.copy_tables import MARKER_KEY
+from memoryd.store.copy.tables import MARKER_KEY
 from memoryd.store.engine import create_store_engine
 from memoryd.store.schema import memories, meta
 from tests.search._daemon import SearchDaemon, stop_cleanly
@@ -222,7 +222,7 @@ def test_a_second_copy_into_the_same_postgres_target_is_refused(source_store: di
                                                                 pg_url: str) -> None:
     import psycopg
 
-    from memoryd.store.copy_guard import COPY_LOCK
+    from memoryd.store.copy.guard import COPY_LOCK
 
     with psycopg.connect(pg_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as held:
         held.execute(f"SELECT pg_advisory_lock({COPY_LOCK})")  # what a running copy holds

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from memoryd.store.copy_tables import MARKER_KEY
+from memoryd.store.copy.tables import MARKER_KEY
 from memoryd.store.engine import create_store_engine
 from memoryd.store.schema import memories, meta
 from tests.integration.harness import SRC_DIR, DaemonHandle

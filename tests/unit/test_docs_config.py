@@ -82,7 +82,7 @@ def test_documented_defaults_read_back_as_the_code_defaults() -> None:
 
 
 def test_run_flags_in_the_table_are_the_options_memoryd_run_declares() -> None:
-    from memoryd.cli import run
+    from memoryd.cli.daemon import run
 
     declared = {}
     keys = {f.name for f in fields(Config)}

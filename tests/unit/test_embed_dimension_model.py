@@ -22,11 +22,10 @@ import pytest
 
 from memoryd.config import Config
 from memoryd.models.embedder import LocalEmbedder, bundled_model_path, model_dimension
-from memoryd.passes import failures
 from memoryd.passes.base import PassContext
 from memoryd.passes.embed import EmbedPass
 from memoryd.queue import jobs as jobq
-from memoryd.store import vectors
+from memoryd.store import failures, vectors
 from memoryd.store.engine import create_store_engine, read_only
 from memoryd.store.memories import WriteContext
 from memoryd.store.migrate import upgrade

@@ -190,8 +190,7 @@ def test_with_two_connections_batches_overlap_but_a_linked_batch_waits_for_those
 
 
 def test_the_progress_line_gives_done_of_total_the_rate_and_the_time_left() -> None:
-    import memoryd.cli  # noqa: F401  (cli_data is loaded by cli, which it imports)
-    from memoryd.cli_data import ImportProgress
+    from memoryd.cli.data import ImportProgress
 
     now = [100.0]
     meter = ImportProgress(1_000_000, None, lambda: 0, enabled=True, clock=lambda: now[0])

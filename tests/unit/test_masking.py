@@ -18,7 +18,7 @@ import structlog
 from memoryd.log import MaskFilter, configure_logging
 from memoryd.masking import mask_tree, mask_url
 from memoryd.models.llm import LLMError, LLMUnavailable, OpenAICompatLLM, split_credentials
-from memoryd.passes.failures import describe
+from memoryd.store.failures import describe
 
 
 @pytest.mark.parametrize(("text", "shown"), [
@@ -129,7 +129,7 @@ def test_every_place_that_shows_a_store_url_masks_it_alike() -> None:
 
     from memoryd.daemon.status import db_info
     from memoryd.osservice.units import hide_password
-    from memoryd.store.copy_guard import shown
+    from memoryd.store.copy.guard import shown
     from memoryd.store.postgres.notify import JobListener
 
     url = "postgresql+psycopg://memoryd:PW1@db.local:5432/mem?sslmode=require&password=PW2"

@@ -17,10 +17,10 @@ from sqlalchemy.exc import OperationalError
 from memoryd.config import Config
 from memoryd.daemon import status as status_mod
 from memoryd.daemon.runner import FAILING_AFTER
-from memoryd.passes import failures
 from memoryd.passes.base import Pass, PassContext, PassResult, PerJobPass
 from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
+from memoryd.store import failures
 from memoryd.store.driver import sqlite_module
 from memoryd.store.engine import read_only
 from memoryd.store.schema import jobs

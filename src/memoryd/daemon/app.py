@@ -23,9 +23,9 @@ from memoryd.daemon import cluster, schedules, systemd
 from memoryd.daemon import metrics as metrics_mod
 from memoryd.daemon import status as status_mod
 from memoryd.daemon.governor import IDLE, Governor, HostProbe, Thresholds
-from memoryd.daemon.lock import DataDirLock
 from memoryd.daemon.runner import PassRunner
-from memoryd.editors import capture_replay
+from memoryd.datadir_lock import DataDirLock
+from memoryd.editors.capture import replay as capture_replay
 from memoryd.errors import MemorydError
 from memoryd.models.embedder import Embedder, EmbedderAPI
 from memoryd.models.worker_client import ModelWorker, WorkerEmbedder, WorkerLLM
@@ -37,9 +37,11 @@ from memoryd.service.handlers import Dispatcher
 from memoryd.service.server import SocketServer
 from memoryd.store import audit, migrate
 from memoryd.store import memories as mem
-from memoryd.store.backend import Stoppable, backend_for
-from memoryd.store.engine import daemon_engine, is_sqlite, read_only
+from memoryd.store.backend import Stoppable
+from memoryd.store.backends import backend_for
+from memoryd.store.engine import is_sqlite, read_only
 from memoryd.store.memories import WriteContext
+from memoryd.store.opening import daemon_engine
 from memoryd.store.sqlite.ann_set import AnnSet
 
 log = structlog.get_logger(__name__)

@@ -21,11 +21,11 @@ from memoryd.clock import rfc3339_from_epoch
 from memoryd.daemon.governor import BUSY, IDLE, Governor
 from memoryd.daemon.selection import plan_cycle
 from memoryd.errors import StaleLease
-from memoryd.passes import failures
 from memoryd.passes.base import Pass, PassContext, PassResult
 from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
 from memoryd.queue.lease import LeaseHeartbeat
+from memoryd.store import failures
 from memoryd.store.engine import read_only
 
 log = structlog.get_logger(__name__)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from sqlalchemy import Connection, Float, cast, select
 
 from memoryd.queue import jobs as jobq
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 from memoryd.store.schema import meta
 
 TICK = "tick"

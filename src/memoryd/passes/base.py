@@ -8,7 +8,7 @@ One bad job never fails its neighbours: a pass reports a job it could not do
 in :attr:`PassResult.failed` (the runner charges that job alone), and when a
 whole batch raises, the runner runs its jobs again one by one to find the
 one at fault (daemon/runner.py). What an error means is decided once, in
-passes/failures.py.
+store/failures.py.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from sqlalchemy import Connection, Engine
 from memoryd.config import Config
 from memoryd.errors import StaleLease
 from memoryd.models.embedder import EmbedderAPI
-from memoryd.passes import failures
 from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
+from memoryd.store import failures
 
 
 @dataclass

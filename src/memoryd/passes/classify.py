@@ -38,11 +38,10 @@ from sqlalchemy import Connection, func, select, update
 
 from memoryd.clock import to_rfc3339
 from memoryd.errors import PassUnavailable, StaleLease
-from memoryd.passes import failures
 from memoryd.passes.base import Pass, PassContext, PassResult
 from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
-from memoryd.store import audit, vectors
+from memoryd.store import audit, failures, vectors
 from memoryd.store.engine import read_only
 from memoryd.store.schema import LIVE_STATUSES, jobs, memories, memory_vectors
 from memoryd.text.cues import cue_scores

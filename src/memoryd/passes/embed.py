@@ -32,11 +32,12 @@ from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
 from memoryd.store import turns, vectors
 from memoryd.store.engine import read_only
+from memoryd.store.memories import EMBED_FOLLOW_UPS
 from memoryd.store.schema import memories
 
 EMBEDDABLE = turns.CONTEXT_STATUSES
 #: Passes that need a memory's vector, enqueued when it is stored.
-FOLLOW_UPS = ("classify", "consolidate", "reflect")
+FOLLOW_UPS = EMBED_FOLLOW_UPS
 #: The most of the previous turn's text a turn is embedded with (the model reads 256 word pieces).
 CONTEXT_CHARS = 1000
 #: What the pass reads of each memory: its text and, for a turn, where it sits in its session.

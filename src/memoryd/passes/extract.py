@@ -27,13 +27,12 @@ from sqlalchemy import Connection, select
 
 from memoryd.clock import to_rfc3339
 from memoryd.errors import StaleLease
-from memoryd.passes import failures
 from memoryd.passes.base import Pass, PassContext, PassResult
 from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
-from memoryd.store import derive, vectors
+from memoryd.store import derive, failures, vectors
 from memoryd.store import entities as ents
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 from memoryd.store.engine import read_only
 from memoryd.store.memories import WriteContext
 from memoryd.store.schema import LIVE_STATUSES, extractions, memories

@@ -28,12 +28,11 @@ from typing import Any, ClassVar
 from sqlalchemy import Connection, select
 
 from memoryd.errors import StaleLease
-from memoryd.passes import failures
 from memoryd.passes.base import Pass, PassContext, PassResult
 from memoryd.passes.consolidate import neighbours
 from memoryd.queue import jobs as jobq
 from memoryd.queue.jobs import Job
-from memoryd.store import proposals
+from memoryd.store import failures, proposals
 from memoryd.store.engine import read_only
 from memoryd.store.schema import LIVE_STATUSES, memories
 from memoryd.text.normalize import STOPWORDS, jaccard, loose, tokens

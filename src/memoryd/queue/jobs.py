@@ -20,8 +20,9 @@ from sqlalchemy import ColumnElement, Connection, and_, bindparam, case, func, o
 from memoryd.clock import rfc3339_from_epoch
 from memoryd.errors import StaleLease
 from memoryd.queue.backoff import backoff_s
-from memoryd.store.backend import backend_for
-from memoryd.store.prepared import BULK_MIN_ROWS, insert_rows, prepare, run_many
+from memoryd.store.backends import backend_for
+from memoryd.store.prepared import BULK_MIN_ROWS, prepare, run_many
+from memoryd.store.rows import insert_rows
 from memoryd.store.schema import jobs
 
 pass_col: ColumnElement[str] = jobs.c["pass"]

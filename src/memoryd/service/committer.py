@@ -27,7 +27,7 @@ import structlog
 from sqlalchemy import Connection, Engine
 
 from memoryd.errors import MemorydError, Overloaded, StoreUnavailable
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 from memoryd.store.engine import is_sqlite
 from memoryd.store.memories import WriteContext
 from memoryd.store.writegate import mark_foreground

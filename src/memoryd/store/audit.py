@@ -36,8 +36,9 @@ from weakref import WeakKeyDictionary
 import structlog
 from sqlalchemy import Connection, Engine, bindparam, func, select, update
 
-from memoryd.store.backend import backend_for
-from memoryd.store.prepared import Prepared, collect, fetch, insert_rows, prepare, run, submit
+from memoryd.store.backends import backend_for
+from memoryd.store.prepared import Prepared, collect, fetch, prepare, run, submit
+from memoryd.store.rows import insert_rows
 from memoryd.store.schema import audit_events, audit_lanes
 
 log = structlog.get_logger(__name__)

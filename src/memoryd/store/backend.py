@@ -10,7 +10,9 @@ does its own way lives behind :class:`Backend`, one subclass per engine:
                   with the scope filter inside the scan, array seq sets,
                   ``FOR UPDATE SKIP LOCKED`` claims, advisory locks.
 
-``backend_for(conn)`` picks the backend from the connection's dialect.
+Which backend serves a connection is chosen above both, in store/backends.py
+(``backend_for``): this module imports neither backend, and they import it for
+the base class.
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sqlalchemy import ColumnElement, Connection, Engine, Select, Table
 from sqlalchemy.dialects.postgresql import Insert as PgInsert
 from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
-
-from memoryd.errors import ConfigError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -175,27 +175,3 @@ class Backend(ABC):
     # -- the server -----------------------------------------------------------------------------
     def check_server(self, engine: Engine) -> None:  # noqa: B027 - optional hook
         """Refuse, before any migration, a server memoryd cannot run on (raise ConfigError)."""
-
-
-_BACKENDS: dict[str, Backend] = {}
-
-
-def backend_for(bind: Connection | Engine) -> Backend:
-    """The backend for ``bind``'s dialect."""
-    name = bind.dialect.name
-    found = _BACKENDS.get(name)
-    if found is not None:
-        return found
-    if name == "sqlite":
-        from memoryd.store.sqlite.backend import SqliteBackend
-
-        found = SqliteBackend()
-    elif name == "postgresql":
-        from memoryd.store.postgres.backend import PostgresBackend
-
-        found = PostgresBackend()
-    else:
-        raise ConfigError(f"memoryd stores data in SQLite or PostgreSQL, not {name!r}; "
-                          "use a sqlite:/// or postgresql:// --db-url")
-    _BACKENDS[name] = found
-    return found

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, bindparam, select, update
 
 from memoryd.clock import parse_rfc3339, to_rfc3339
 from memoryd.store import audit
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 from memoryd.store.schema import memories, meta
 
 CURSOR_KEY = "decay.cursor"

@@ -23,7 +23,7 @@ from memoryd.store.driver import sqlite_module
 from memoryd.store.writegate import WriteGate
 
 if TYPE_CHECKING:
-    from memoryd.config import Config
+    pass
 
 log = structlog.get_logger(__name__)
 
@@ -52,7 +52,7 @@ def create_store_engine(url: str, busy_timeout_ms: int = 5000, pool_size: int = 
 
     ``lock_timeout_ms`` and ``statement_timeout_ms`` are PostgreSQL's session settings
     (0: none, as for offline commands such as ``memoryd store copy``): what
-    ``busy_timeout_ms`` is to SQLite. The daemon's engine comes from :func:`daemon_engine`.
+    ``busy_timeout_ms`` is to SQLite. The daemon's engine comes from store/opening.py's :func:`daemon_engine`.
     """
     # hide_parameters: a statement's bound values (memory text) never appear in the
     # engine's error messages, which end up in jobs.last_error, status and the log.
@@ -70,35 +70,6 @@ def create_store_engine(url: str, busy_timeout_ms: int = 5000, pool_size: int = 
         connect_args={"timeout": busy_timeout_ms / 1000.0, "check_same_thread": False},
     )
     _install_sqlite_hooks(engine, busy_timeout_ms)
-    return engine
-
-
-def daemon_engine(cfg: Config) -> Engine:
-    """The daemon's engine: SQLite's busy timeout, or PostgreSQL's lock and statement
-    timeouts (``pg_lock_timeout_ms``, 0 meaning ``busy_timeout_ms``; ``pg_statement_timeout_ms``).
-    A wait past either fails the statement: a write answers 1003 and a pass's jobs go back.
-
-    :raises CopyUnfinished: the store is a ``memoryd store copy`` target that was interrupted
-        or did not verify (store/copy_guard.py): serving it would serve part of a store.
-    """
-    from memoryd.store.backend import backend_for
-    from memoryd.store.copy_guard import refuse_unfinished_copy
-
-    url = cfg.resolved_db_url()
-    # PostgreSQL: a bounded pool (pg_pool_size, never more), so N daemons hold a known share of
-    # the server's max_connections (docs/postgresql.md). SQLite keeps its default pool.
-    sizes = {} if url.startswith("sqlite") else {"pool_size": cfg.pg_pool_size, "max_overflow": 0}
-    engine = create_store_engine(url, cfg.busy_timeout_ms,
-                                 lock_timeout_ms=cfg.pg_lock_timeout_ms or cfg.busy_timeout_ms,
-                                 statement_timeout_ms=cfg.pg_statement_timeout_ms, **sizes)
-    try:
-        # The server first: one that cannot be reached, is too old or lacks pgvector is
-        # refused with its fix, before the copy check's query would fail with a traceback.
-        backend_for(engine).check_server(engine)
-        refuse_unfinished_copy(engine)
-    except BaseException:
-        engine.dispose()
-        raise
     return engine
 
 

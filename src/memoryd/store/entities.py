@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 from memoryd.store.schema import entities, entity_aliases, entity_mentions, memories
 from memoryd.text.entities import normalise
 

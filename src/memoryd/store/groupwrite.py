@@ -27,7 +27,7 @@ from memoryd.clock import to_rfc3339
 from memoryd.errors import MemorydError
 from memoryd.queue import jobs as jobq
 from memoryd.store import audit, keyed
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 from memoryd.store.memories import (
     NewMemory,
     WriteContext,
@@ -38,7 +38,8 @@ from memoryd.store.memories import (
     tombstoned_error,
     write_event,
 )
-from memoryd.store.prepared import Prepared, collect, insert_rows, prepare, run_many, submit
+from memoryd.store.prepared import Prepared, collect, prepare, run_many, submit
+from memoryd.store.rows import insert_rows
 from memoryd.store.schema import LIVE_STATUSES, memories, tombstones
 
 #: (scope, owner, content hash): the identity duplicates and tombstones are judged on.

@@ -25,7 +25,7 @@ from weakref import WeakKeyDictionary
 
 from sqlalchemy import Connection, Engine, select
 
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 from memoryd.store.schema import meta
 
 #: The ``meta`` row that holds the secret (hex).

@@ -16,7 +16,7 @@ from memoryd.clock import to_rfc3339
 from memoryd.errors import Conflict, Forbidden, InvalidParams, NotFound
 from memoryd.queue import jobs as jobq
 from memoryd.store import audit, entities, groupwrite, links, proposals, turns
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 from memoryd.store.ids import is_memory_id, new_id
 from memoryd.store.memories import (
     NewMemory,

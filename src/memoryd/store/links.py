@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, or_, select
 
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 from memoryd.store.schema import memory_links
 
 SUPERSEDES, MERGED_INTO, CITES = "supersedes", "merged_into", "cites"

@@ -17,7 +17,7 @@ from memoryd.clock import parse_rfc3339, to_rfc3339
 from memoryd.errors import Conflict, NotFound, Tombstoned
 from memoryd.queue import jobs as jobq
 from memoryd.store import audit, keyed, links, vectors
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 from memoryd.store.ids import new_memory_id
 from memoryd.store.schema import LIVE_STATUSES, idempotency_keys, memories, tombstones
 from memoryd.text.normalize import loose
@@ -233,12 +233,15 @@ def _insert_new(conn: Connection, req: NewMemory, chash: str, now: datetime,
     return result
 
 
+#: The passes the embed pass queues for a memory once it has stored its vector (passes/embed.py
+#: reads them here: the store queues the same for an imported row whose vector was kept).
+EMBED_FOLLOW_UPS = ("classify", "consolidate", "reflect")
+
+
 def kept_vector_passes(passes: Sequence[str], kind: str) -> list[str]:
     """The passes an imported row whose vector was kept is queued for: those the embed pass
     queues once it has stored a vector (classify only for a row of kind ``auto``)."""
-    from memoryd.passes.embed import FOLLOW_UPS  # the passes import the store
-
-    return [p for p in passes if p in FOLLOW_UPS and (p != "classify" or kind == "auto")]
+    return [p for p in passes if p in EMBED_FOLLOW_UPS and (p != "classify" or kind == "auto")]
 
 
 def new_row(req: NewMemory, chash: str, now: datetime) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 from memoryd.errors import MemorydError
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 
 log = structlog.get_logger(__name__)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, bindparam
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -150,30 +150,3 @@ def _sqlalchemy_error(conn: Connection, stmt: Prepared, exc: Exception) -> BaseE
 #: and the server spent more per row on the unnest than on the single-row INSERTs; at 384 rows
 #: the client CPU is the same and one statement replaces 384.
 BULK_MIN_ROWS = 256
-
-
-def insert_rows(conn: Connection, table: Table, columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
-                *, do_nothing: bool = False) -> None:
-    """Insert ``rows`` (each a value per name in ``columns``) into ``table``: one multi-row
-    statement for BULK_MIN_ROWS rows or more where the backend has one (PostgreSQL:
-    store/postgres/bulk.py), else one executemany of a single-row INSERT. ``do_nothing``:
-    skip a row that conflicts."""
-    if not rows:
-        return
-    from memoryd.store.backend import backend_for  # the backends import this module
-
-    backend = backend_for(conn)
-    if backend.binds_arrays and len(rows) >= BULK_MIN_ROWS:  # compiled once per key (prepare)
-        stmt = prepare(conn, ("insert-rows-bulk", table.name, tuple(columns), do_nothing),
-                       lambda: backend.bulk_insert(table, columns, do_nothing=do_nothing))
-        run(conn, stmt, {name: [r[name] for r in rows] for name in columns})
-        return
-    key = ("insert-rows", table.name, tuple(columns), do_nothing)
-
-    def single() -> ClauseElement:
-        ins = backend.insert(table)
-        if do_nothing:
-            ins = ins.on_conflict_do_nothing()
-        return ins.values({name: bindparam(name) for name in columns})
-
-    run_many(conn, prepare(conn, key, single), rows)

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import Connection, Table, and_, case, delete, exists, select, update
 
 from memoryd.store import audit, keyed
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 from memoryd.store.schema import (
     entities,
     entity_aliases,

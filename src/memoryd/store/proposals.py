@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, Text, cast, func, or_, select, update
 
 from memoryd.clock import to_rfc3339
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 from memoryd.store.ids import new_id
 from memoryd.store.schema import proposals
 

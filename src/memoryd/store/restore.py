@@ -50,7 +50,8 @@ from memoryd.store.memories import (
     tombstoned_error,
     write_event,
 )
-from memoryd.store.prepared import fetch, insert_rows, prepare
+from memoryd.store.prepared import fetch, prepare
+from memoryd.store.rows import insert_rows
 from memoryd.store.schema import LIVE_STATUSES, idempotency_keys, memories
 
 #: (scope, owner, key) of an idempotency key.

@@ -48,20 +48,21 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, literal_column, select
+from sqlalchemy import Connection, String, bindparam, literal_column, select
 
 from memoryd.clock import parse_rfc3339, to_rfc3339
 from memoryd.store import prepared, vectors
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 from memoryd.store.ranking import learned
 from memoryd.store.schema import jobs, memories
 from memoryd.store.scope import scope_keys
 from memoryd.store.search_request import (
     CANDIDATE,
+    CANDIDATE_NAMES,
     MAX_TERMS,
     QUERY_STOPWORDS,
     SearchRequest,
-    candidates,
+    filter_shape,
     query_terms,
     row_filter,
     statuses_for,
@@ -357,3 +358,21 @@ def _single(rows: list[dict[str, Any]], req: SearchRequest, score: Any, leg: str
             item["explain"] = {f"{leg}_rank": rank, f"{leg}_score": round(score(row), 6)}
         out.append(item)
     return out
+
+
+def candidates(conn: Connection, req: SearchRequest, now: str, seqs: Sequence[int]) -> list[dict[str, Any]]:
+    """The CANDIDATE columns of those of ``seqs`` that pass the request's filters.
+
+    One keyed lookup per seq. The statement is compiled once per filter shape
+    (reader, scope, statuses, as_of, valid_at, kind) and run on the driver: a
+    search's legs would otherwise spend more in SQLAlchemy than in the database.
+    The set of seqs is one bound parameter (the backend's seq-set form), so the
+    statement does not change with the number of candidates.
+    """
+    if not seqs:
+        return []
+    backend = backend_for(conn)
+    stmt = prepared.prepare(conn, ("search.candidates", filter_shape(req)), lambda: backend.by_seq(
+        CANDIDATE, "seqs").where(row_filter(req, bindparam("now", "", type_=String))))
+    rows = prepared.fetch(conn, stmt, {"seqs": backend.seq_values(seqs), "now": now})
+    return [dict(zip(CANDIDATE_NAMES, row, strict=True)) for row in rows]

@@ -10,14 +10,11 @@ for a set of seqs found elsewhere (a full-text or nearest-neighbour hit list).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import BindParameter, ColumnElement, Connection, String, and_, bindparam, or_
+from sqlalchemy import BindParameter, ColumnElement, and_, or_
 
-from memoryd.store import prepared
-from memoryd.store.backend import backend_for
 from memoryd.store.schema import memories
 from memoryd.store.scope import Reader, visible
 from memoryd.text.normalize import STOPWORDS
@@ -40,7 +37,7 @@ MAX_TERMS = 64
 #: the answer are read whole once, at the end (search.hydrate), not every candidate of both legs.
 CANDIDATE = (memories.c.seq, memories.c.id, memories.c.scope, memories.c.owner,
              memories.c.importance, memories.c.recorded_at, memories.c.occurred_at)
-_CANDIDATE_NAMES = tuple(c.name for c in CANDIDATE)
+CANDIDATE_NAMES = tuple(c.name for c in CANDIDATE)
 
 
 @dataclass
@@ -124,21 +121,3 @@ def row_filter(req: SearchRequest, now: str | BindParameter[str]) -> ColumnEleme
 def filter_shape(req: SearchRequest) -> tuple[Any, ...]:
     """What a statement compiled with :func:`row_filter` depends on: its cache key."""
     return (req.reader, req.scope, tuple(statuses_for(req)), req.as_of, req.valid_at, req.kind)
-
-
-def candidates(conn: Connection, req: SearchRequest, now: str, seqs: Sequence[int]) -> list[dict[str, Any]]:
-    """The CANDIDATE columns of those of ``seqs`` that pass the request's filters.
-
-    One keyed lookup per seq. The statement is compiled once per filter shape
-    (reader, scope, statuses, as_of, valid_at, kind) and run on the driver: a
-    search's legs would otherwise spend more in SQLAlchemy than in the database.
-    The set of seqs is one bound parameter (the backend's seq-set form), so the
-    statement does not change with the number of candidates.
-    """
-    if not seqs:
-        return []
-    backend = backend_for(conn)
-    stmt = prepared.prepare(conn, ("search.candidates", filter_shape(req)), lambda: backend.by_seq(
-        CANDIDATE, "seqs").where(row_filter(req, bindparam("now", "", type_=String))))
-    rows = prepared.fetch(conn, stmt, {"seqs": backend.seq_values(seqs), "now": now})
-    return [dict(zip(_CANDIDATE_NAMES, row, strict=True)) for row in rows]

@@ -21,7 +21,7 @@ import structlog
 from sqlalchemy import Column, Connection, Engine, MetaData, String, Table, func, select
 
 from memoryd.errors import MemorydError
-from memoryd.store.backend import backend_for
+from memoryd.store.backends import backend_for
 from memoryd.store.schema import memories, memory_vectors
 from memoryd.store.sqlite import vectors as sqlite_vectors
 from memoryd.store.sqlite.vectors import BUCKETS, CHUNK_SIZE, MAX_KNN, index_ddl, to_blob, zero_index_sql

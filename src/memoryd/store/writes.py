@@ -21,9 +21,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from memoryd.errors import MemorydError, StoreUnavailable
-from memoryd.passes import failures
-from memoryd.store import keyed
-from memoryd.store.backend import backend_for
+from memoryd.store import failures, keyed
+from memoryd.store.backends import backend_for
 from memoryd.store.groupwrite import identity, is_plain, write_plain
 from memoryd.store.memories import NewMemory, WriteContext, lock_name, record_access, write_memory
 from memoryd.store.restore import is_restore_unit, write_restored

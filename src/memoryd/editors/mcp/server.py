@@ -19,9 +19,9 @@ from mcp.server.stdio import stdio_server
 from memoryd import __version__
 from memoryd.client import AsyncClient
 from memoryd.config import Config
-from memoryd.editors.binding import Binding
-from memoryd.editors.mcp_bridge import AnswerGate, Bridge
-from memoryd.editors.mcp_tools import SERVER_INSTRUCTIONS, ToolSpec, tool_specs
+from memoryd.editors.mcp.binding import Binding
+from memoryd.editors.mcp.bridge import AnswerGate, Bridge
+from memoryd.editors.mcp.tools import SERVER_INSTRUCTIONS, ToolSpec, tool_specs
 
 
 def sdk_tool(spec: ToolSpec) -> types.Tool:
@@ -148,7 +148,7 @@ async def serve(binding: Binding, cfg: Config, specs: list[ToolSpec], *, stdin: 
 
 def run(binding: Binding, cfg: Config, specs: list[ToolSpec] | None = None, *, stdin: Any = None,
         stdout: Any = None) -> None:
-    """Blocking entry point (see :func:`memoryd.editors.mcp_handshake.serve` for the CLI's)."""
+    """Blocking entry point (see :func:`memoryd.editors.mcp.handshake.serve` for the CLI's)."""
     if specs is None:
         specs = tool_specs(cfg.kinds, binding.scopes, binding.default_write_scope)
     asyncio.run(serve(binding, cfg, specs, stdin=stdin, stdout=stdout))

@@ -60,7 +60,7 @@ def mcp(ctx: click.Context, agent_id: str, user_id: str | None, project: str, se
     if ctx.invoked_subcommand is not None:
         return
     from memoryd.config import load_config
-    from memoryd.editors.binding import Binding, BindingError
+    from memoryd.editors.mcp.binding import Binding, BindingError
     from memoryd.errors import MemorydError
 
     try:
@@ -75,7 +75,7 @@ def mcp(ctx: click.Context, agent_id: str, user_id: str | None, project: str, se
     if sys.stdin.isatty():
         click.echo("memoryd mcp speaks MCP on stdin/stdout and is started by an editor; to set one up run "
                    "`memoryd mcp install --client NAME` (Ctrl-C to stop).", err=True)
-    from memoryd.editors import mcp_handshake
+    from memoryd.editors.mcp import handshake as mcp_handshake
 
     try:
         mcp_handshake.serve(binding, cfg)
@@ -107,7 +107,7 @@ def _editor_options(fn: Any) -> Any:
 
 def _prepare(client_name: str, project_dir: Path | None, agent_id: str | None, project: str | None,
              scopes: str | None, socket_path: str | None) -> tuple[Any, Path, str, dict[str, Any]]:
-    from memoryd.editors.mcp_config import CLIENTS, server_entry
+    from memoryd.editors.mcp.config import CLIENTS, server_entry
     from memoryd.editors.project import project_key
 
     client = CLIENTS[client_name]
@@ -136,7 +136,7 @@ def config_cmd(client_name: str, project_dir: Path | None, agent_id: str | None,
       memoryd mcp config --client cursor
       memoryd mcp config --client codex >> ~/.codex/config.toml
     """
-    from memoryd.editors.mcp_config import ConfigFileProblem, check_name, snippet
+    from memoryd.editors.mcp.config import ConfigFileProblem, check_name, snippet
 
     client, path, level, entry = _prepare(client_name, project_dir, agent_id, project, scopes, socket_path)
     try:
@@ -168,7 +168,7 @@ def install_cmd(client_name: str, project_dir: Path | None, agent_id: str | None
       memoryd mcp install --client claude-code --project-dir ~/src/api --dry-run
       memoryd mcp install --client codex
     """
-    from memoryd.editors.mcp_config import ConfigFileProblem, apply, plan
+    from memoryd.editors.mcp.config import ConfigFileProblem, apply, plan
 
     client, path, level, entry = _prepare(client_name, project_dir, agent_id, project, scopes, socket_path)
     try:

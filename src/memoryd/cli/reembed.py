@@ -69,7 +69,7 @@ def reembed(embedder: str | None, data_dir: str | None, db_url: str | None, conf
     from sqlalchemy import func, select
 
     from memoryd.config import load_config
-    from memoryd.daemon.lock import DataDirLock
+    from memoryd.datadir_lock import DataDirLock
     from memoryd.models.embedder import model_dimension, spec_name
     from memoryd.passes.embed import EMBEDDABLE
     from memoryd.queue import jobs as jobq

@@ -18,14 +18,15 @@ from typing import IO, Any
 import click
 
 from memoryd import __version__
-from memoryd.cli import (
+from memoryd.cli.common import (
     EXIT_ERROR,
-    _call,
-    _owners,
-    _print_json,
+    call,
     client_options,
     client_session,
+    load,
+    owner_fields,
     owner_options,
+    print_json,
 )
 from memoryd.config import Config
 
@@ -106,18 +107,18 @@ def list_cmd(cfg: Config, as_json: bool, scope: str | None, kind: str | None, st
       memoryd list --project api --scope project --kind decision
       memoryd list --agent-id demo --all --json | jq '.memories | length'
     """
-    params: dict[str, Any] = {"limit": limit, **_owners(**owners), **_status_params(status)}
+    params: dict[str, Any] = {"limit": limit, **owner_fields(**owners), **_status_params(status)}
     for name, value in (("scope", scope), ("kind", kind), ("cursor", cursor)):
         if value:
             params[name] = value
     if not all_pages:
-        result = _call(cfg, "memory.list", params)
+        result = call(cfg, "memory.list", params)
     else:
         rows: list[dict[str, Any]] = []
         notices: list[str] = []
-        with _session(cfg, admin=False) as call:
+        with _session(cfg, admin=False) as page_of:
             while True:
-                page = call("memory.list", params)
+                page = page_of("memory.list", params)
                 rows += page["memories"]
                 notices = page.get("notices", notices)
                 if not page["next_cursor"]:
@@ -125,7 +126,7 @@ def list_cmd(cfg: Config, as_json: bool, scope: str | None, kind: str | None, st
                 params["cursor"] = page["next_cursor"]
         result = {"memories": rows, "next_cursor": None, "notices": notices}
     if as_json:
-        _print_json(result)
+        print_json(result)
         return
     _print_list(result)
 
@@ -185,12 +186,11 @@ def export_cmd(socket_path: str | None, config_path: str | None, scope: str | No
       memoryd export > memories.jsonl
       memoryd export --user-id alice --with-vectors -o alice.jsonl
     """
-    from memoryd.cli import _load
     from memoryd.clock import to_rfc3339, utcnow
     from memoryd.exchange import exportfile
 
-    cfg = _load(config_path, socket_path)
-    params: dict[str, Any] = {"limit": EXPORT_PAGE, **_owners(**owners), **_status_params(status)}
+    cfg = load(config_path, socket_path)
+    params: dict[str, Any] = {"limit": EXPORT_PAGE, **owner_fields(**owners), **_status_params(status)}
     if scope:
         params["scope"] = scope
     if kind:
@@ -277,12 +277,11 @@ def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, 
       memoryd export --with-vectors --socket /old/memoryd.sock | memoryd import -
       memoryd import --json memories.jsonl | jq .refused
     """
-    from memoryd.cli import _load
     from memoryd.client import ClientError
     from memoryd.exchange import exportfile
     from memoryd.exchange.importer import DEFAULT_BATCH_BYTES, Importer, prefetch
 
-    cfg = _load(config_path, socket_path)
+    cfg = load(config_path, socket_path)
     stream: IO[bytes] = sys.stdin.buffer if file == "-" else open(file, "rb")  # noqa: SIM115
     try:
         try:
@@ -314,7 +313,7 @@ def import_cmd(socket_path: str | None, config_path: str | None, as_json: bool, 
             stream.close()
     report = summary.as_dict()
     if as_json:
-        _print_json(report)
+        print_json(report)
     else:
         _print_summary(report, Path(file).name)
     sys.exit(1 if summary.refused or summary.bad_lines else 0)

@@ -1,4 +1,4 @@
-"""Offline re-fusion on the conversational set's TUNING half (recall.py --set conversations --sweep).
+"""Offline re-fusion on the conversational set's TUNING half (bench/recall.py --set conversations --sweep).
 
 Each tuning question's lexical and vector legs are fetched once over the
 socket (k=DEPTH, explain, with the question's ``time_ref``; rows a leg filled
@@ -12,9 +12,13 @@ ordinary run.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, when run by itself
 
 import _harness as h
 from memoryd.clock import parse_rfc3339
@@ -32,11 +36,9 @@ def fetch_legs(client: Any, q: dict[str, Any], project: str, time_ref: str) -> d
     """The question's lexical and vector legs, DEPTH deep, each leg's own rows only; ``lexical_nostop``
     is the lexical leg of the question without bench/recall.py's wider stop-words (question words,
     pronouns)."""
-    from recall import strip_stop_words
-
     legs = {}
     for name, leg, query in (("lexical", "lexical", q["question"]), ("vector", "vector", q["question"]),
-                             ("lexical_nostop", "lexical", strip_stop_words(q["question"]))):
+                             ("lexical_nostop", "lexical", h.strip_stop_words(q["question"]))):
         res = client.call("memory.search", {"query": query, "mode": leg, "k": DEPTH, "explain": True,
                                             "project": project, "time_ref": time_ref})
         legs[name] = [r for r in res["results"] if f"{leg}_rank" in r["explain"]]
@@ -158,3 +160,8 @@ def sweep(client: Any, questions: Sequence[dict[str, Any]], reader: dict[str, st
     h.print_table("Offline re-fusion, TUNING half only (k=10)", ["variant", *figures],
                   [[name, *(v[f] for f in figures)] for name, v in table.items()], digits=3)
     return {"replica_agreement": same / len(tuning), "tuning": table}
+
+
+if __name__ == "__main__":
+    raise SystemExit("a part of the conversational bench: run "
+                     ".venv/bin/python bench/recall.py --set conversations --sweep")

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from memoryd.cli import EXIT_DENIED, EXIT_ERROR, EXIT_NOT_RUNNING, client_options
+from memoryd.cli.common import EXIT_DENIED, EXIT_ERROR, EXIT_NOT_RUNNING, client_options
 from memoryd.config import Config
 
 MISSING_EXTRA = ("the console needs the optional packages Starlette, Jinja2 and uvicorn: "
@@ -74,8 +74,3 @@ def console_command(cfg: Config, as_json: bool, port: int, open_browser: bool) -
 
         webbrowser.open(url)
     server.serve(sock, lambda: AsyncClient(config=cfg, admin=True), secrets_)
-
-
-#: The command as cli.py registers it (typed here: mypy cannot infer a decorated name across
-#: the import cycle with memoryd.cli, whose options it uses).
-console: click.Command = console_command

@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 
 from memoryd.clock import utcnow
 from memoryd.config import Config
-from memoryd.editors import capture_spool as spool
+from memoryd.editors.capture import spool as spool
 from memoryd.errors import MemorydError, StoreUnavailable
 from memoryd.service.validation import parse_write_request
 from memoryd.store.memories import WriteContext

@@ -1,7 +1,7 @@
 """``memoryd capture``: conversation capture hooks for editors (Claude Code for now).
 
 The hook itself normally never reaches this module: memoryd's entry point
-(memoryd/entry.py) runs it through editors/capture_fast.py without importing
+(memoryd/entry.py) runs it through editors/capture/fast.py without importing
 click. This click command is its help text, ``--print-config``, the error for
 a mistyped option, and the same run when the CLI is invoked another way
 (``memoryd.cli:main``). Only click is imported at module level: the CLI
@@ -13,33 +13,13 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from pathlib import Path
 
 import click
-
-HOOK_EVENTS = ("UserPromptSubmit", "Stop", "SessionEnd")
 
 
 @click.group("capture")
 def capture() -> None:
     """Capture editor conversations as memories (hook commands)."""
-
-
-def memoryd_command() -> str:
-    """How this install's memoryd is run, as an absolute command line."""
-    argv0 = Path(sys.argv[0])
-    if argv0.name == "memoryd" and argv0.exists():
-        return shlex.quote(str(argv0.resolve()))
-    beside = Path(sys.executable).parent / "memoryd"
-    if beside.exists():
-        return shlex.quote(str(beside))
-    return f"{shlex.quote(sys.executable)} -m memoryd"
-
-
-def hooks_config(command: str) -> dict[str, object]:
-    """The ``hooks`` block of ``.claude/settings.json`` that runs ``command`` on each event."""
-    entry = [{"hooks": [{"type": "command", "command": command, "timeout": 10}]}]
-    return {"hooks": {event: entry for event in HOOK_EVENTS}}
 
 
 @capture.command("claude-code")
@@ -77,7 +57,8 @@ def claude_code(scope: str, user_id: str | None, socket_path: str | None, config
       memoryd capture claude-code --print-config   # merge into .claude/settings.json
       echo "$HOOK_JSON" | memoryd capture claude-code --scope user --verbose
     """
-    from memoryd.editors import capture_fast
+    from memoryd.editors.capture import fast as capture_fast
+    from memoryd.editors.capture.config import hooks_config, memoryd_command
 
     if print_config:
         # The resolved paths go into the command: the hook then needs no config lookup at all.

@@ -29,8 +29,8 @@ from typing import Any, BinaryIO
 
 from memoryd import __version__
 from memoryd.config import Config
-from memoryd.editors.binding import Binding
-from memoryd.editors.mcp_tools import SERVER_INSTRUCTIONS, ToolSpec, tool_specs
+from memoryd.editors.mcp.binding import Binding
+from memoryd.editors.mcp.tools import SERVER_INSTRUCTIONS, ToolSpec, tool_specs
 
 SERVER_NAME = "memoryd"
 #: What the SDK's low-level server advertises for a server with tools and nothing else.
@@ -211,7 +211,7 @@ def load_in_background(load: Callable[[], None]) -> tuple[threading.Event, list[
 
 
 def _import_sdk() -> None:
-    importlib.import_module("memoryd.editors.mcp_server")
+    importlib.import_module("memoryd.editors.mcp.server")
 
 
 def serve(binding: Binding, cfg: Config) -> None:
@@ -235,7 +235,7 @@ def serve(binding: Binding, cfg: Config) -> None:
             raise SystemExit(f"memoryd mcp cannot start the MCP server: {failures[0]}; install the "
                              "MCP Python SDK into this environment: pip install 'mcp>=2.3,<3'")
         raise failures[0]
-    from memoryd.editors import mcp_server
+    from memoryd.editors.mcp import server as mcp_server
 
     mcp_server.run(binding, cfg, specs, stdin=ReplayThenRead(early.replay, sys.stdin.buffer),
                    stdout=DropAnswered(wire, early.answered))

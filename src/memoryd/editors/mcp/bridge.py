@@ -32,8 +32,8 @@ from memoryd.client import (
     SearchHit,
     Timeout,
 )
-from memoryd.editors.binding import Binding
-from memoryd.editors.mcp_tools import ToolSpec
+from memoryd.editors.mcp.binding import Binding
+from memoryd.editors.mcp.tools import ToolSpec
 from memoryd.errors import ERROR_CODES
 
 log = structlog.get_logger(__name__)

@@ -5,7 +5,7 @@ Claude Code runs the hook with one JSON object on stdin (``session_id``,
 ``prompt`` for UserPromptSubmit, ``reason`` for SessionEnd). On
 UserPromptSubmit, Stop and SessionEnd the hook reads the transcript from where
 the last run stopped (a per-transcript cursor under the data directory; at most
-a few MiB a run, editors/capture_transcript.py, and only a regular file in the
+a few MiB a run, editors/capture/transcript.py, and only a regular file in the
 editor's transcript folders) and writes each new turn as a ``conversation``
 memory:
 
@@ -18,9 +18,9 @@ memory:
 
 It must never slow or break the editor: it gives the daemon a fixed time
 budget, spools the turns to disk when the daemon is down or slow
-(editors/capture_spool.py), prints nothing on stdout (UserPromptSubmit's
+(editors/capture/spool.py), prints nothing on stdout (UserPromptSubmit's
 stdout would reach the model as context, Stop's JSON as a decision) and
-always exits 0. Standard library only (editors/capture_rpc.py speaks to the
+always exits 0. Standard library only (editors/capture/rpc.py speaks to the
 socket): no SQLAlchemy, no models, not even the client library.
 """
 
@@ -35,9 +35,9 @@ import os
 import time
 
 from memoryd import privatefs
-from memoryd.editors import capture_spool as spool
-from memoryd.editors.capture_rpc import DeadlineCaller, RpcError
-from memoryd.editors.capture_transcript import TranscriptRefused, Turn, read_turns
+from memoryd.editors.capture import spool as spool
+from memoryd.editors.capture.rpc import DeadlineCaller, RpcError
+from memoryd.editors.capture.transcript import TranscriptRefused, Turn, read_turns
 from memoryd.editors.project import project_key
 
 TYPE_CHECKING = False

@@ -1,7 +1,7 @@
 """``memoryd store``: operator commands on a store itself, with no daemon (``store copy``,
 ``store reindex``).
 
-A thin click shell over store/copy.py: it prints progress on stderr, the
+A thin click shell over store/copy/copier.py: it prints progress on stderr, the
 verification on stdout (or one JSON object with ``--json``), and exits 0 when
 the copy verified, 2 when it was refused, failed or did not verify, and 130
 when interrupted (Ctrl-C or SIGTERM: it stops after the batch in flight; run it
@@ -117,7 +117,7 @@ def copy_cmd(source_url: str, target_url: str, batch_size: int, as_json: bool) -
       memoryd run --db-url postgresql://memoryd@db.internal/memoryd
     """
     from memoryd.log import configure_logging
-    from memoryd.store.copy import CopyInterrupted, copy_store
+    from memoryd.store.copy.copier import CopyInterrupted, copy_store
 
     # stdout carries the summary; the log (warnings and worse) goes to stderr with the progress.
     configure_logging("warning", "console")
@@ -178,7 +178,7 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
     import shutil
 
     from memoryd.config import load_config
-    from memoryd.daemon.lock import DataDirLock
+    from memoryd.datadir_lock import DataDirLock
     from memoryd.log import configure_logging
     from memoryd.store import migrate
     from memoryd.store.engine import create_store_engine, is_sqlite

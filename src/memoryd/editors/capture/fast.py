@@ -120,7 +120,7 @@ def run(opts: dict[str, Any], stdin: bytes) -> Any:
     """Run the hook on one payload with parsed options; return its Outcome."""
     import json
 
-    from memoryd.editors import capture_hook
+    from memoryd.editors.capture import hook as capture_hook
 
     try:
         hook = json.loads(stdin) if stdin.strip() else None

@@ -9,17 +9,18 @@ store/search.py's fts_match, each inside the question's own dialogue (one projec
 dialogue, as bench/recall.py --set conversations writes them). Vectors are cached with
 bench/recall_conv_offline.py's cache.
 
-    .venv/bin/python bench/recall_conv_ceiling.py
+    .venv/bin/python bench/studies/recall_ceiling.py
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 
 import recall_conv_offline as offline
 import recall_conversations as rc
@@ -33,6 +34,9 @@ CACHE = Path("/tmp/memoryd-conv-vectors")
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                            epilog="Baseline: the evidence turns themselves (their share in the pool is the "
+                                   "ceiling any reordering can reach).").parse_args()
     dialogues = rc.load_set(quick=False)
     turns = offline.turns_of(dialogues)
     embedder = LocalEmbedder("bundled")

@@ -28,13 +28,13 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, inspect, select
 from sqlalchemy.engine import make_url
 
-from memoryd.daemon.lock import DataDirLock
+from memoryd.datadir_lock import DataDirLock
 from memoryd.errors import ConfigError, MemorydError
 from memoryd.masking import mask_url
 from memoryd.store import vectors
 from memoryd.store.audit import GENESIS, last_hash
-from memoryd.store.backend import backend_for
-from memoryd.store.copy_tables import CONTENT_TABLES, MARKER_KEY, TABLES
+from memoryd.store.backends import backend_for
+from memoryd.store.copy.tables import CONTENT_TABLES, MARKER_KEY, TABLES
 from memoryd.store.schema import jobs, meta
 
 #: pg_try_advisory_lock key of a copy into a PostgreSQL database ("memo" namespace, see

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from memoryd.cli import _call, _print_json, client_options
+from memoryd.cli.common import call, client_options, print_json
 from memoryd.config import Config
 
 
@@ -37,7 +37,7 @@ def key_cmd(path: Path | None, as_json: bool) -> None:
 
     found = project_of(path or Path.cwd())
     if as_json:
-        _print_json({"key": found.key, "name": found.name})
+        print_json({"key": found.key, "name": found.name})
     else:
         click.echo(found.key)
 
@@ -68,9 +68,9 @@ def adopt_cmd(cfg: Config, as_json: bool, old: str, cwd: Path | None, to_key: st
         from memoryd.editors.project import project_key
 
         to_key = project_key(cwd or Path.cwd())
-    result = _call(cfg, "project.adopt", {"from": old, "to": to_key}, admin=True)
+    result = call(cfg, "project.adopt", {"from": old, "to": to_key}, admin=True)
     if as_json:
-        _print_json(result)
+        print_json(result)
         return
     click.echo(f"project {old!r} -> {to_key!r}: {result['memories']} memories, "
                f"{result['tombstones']} tombstones, {result['idempotency_keys']} idempotency keys, "

@@ -1,17 +1,17 @@
 """``memoryd store copy``: move a store to another backend (SQLite to PostgreSQL, or back).
 
 The target is migrated first (the one Alembic history), then every table of
-store/copy_tables.py is copied in batches in the order of its key, ids kept.
+store/copy/tables.py is copied in batches in the order of its key, ids kept.
 Each batch is inserted in one target transaction together with the copy's
 progress marker (the ``meta`` row ``store_copy``: the last key copied per
 table), so a copy interrupted anywhere (Ctrl-C, kill -9, a lost connection)
 resumes after its last committed batch when run again, and no row is copied
 twice. Until a run has copied every table, built the index and verified the
 copy, the marker says so, and a daemon refuses to start on the target
-(store/copy_guard.py refuse_unfinished_copy). The source is read in one snapshot (a deferred SQLite read
+(store/copy/guard.py refuse_unfinished_copy). The source is read in one snapshot (a deferred SQLite read
 transaction, a REPEATABLE READ one on PostgreSQL), so a run copies one
 consistent state; between runs the source must not change, which the marker's
-fingerprint checks (store/copy_guard.py).
+fingerprint checks (store/copy/guard.py).
 
 The audit chain's events are copied as they are (their hashes cover their
 fields, not the row's seq or backend), so it verifies on the target. At the
@@ -33,8 +33,8 @@ import structlog
 from sqlalchemy import Connection, Engine, delete, insert, select, text
 
 from memoryd.store import audit, migrate, vectors
-from memoryd.store.backend import backend_for
-from memoryd.store.copy_guard import (
+from memoryd.store.backends import backend_for
+from memoryd.store.copy.guard import (
     CopyRefused,
     check_dimension,
     check_source_exists,
@@ -46,7 +46,7 @@ from memoryd.store.copy_guard import (
     sqlite_path,
     target_copy_lock,
 )
-from memoryd.store.copy_tables import MARKER_KEY, TABLES, CopiedTable, adapt_row
+from memoryd.store.copy.tables import MARKER_KEY, TABLES, CopiedTable, adapt_row
 from memoryd.store.engine import create_store_engine, read_only
 from memoryd.store.schema import memory_vectors, meta
 from memoryd.store.vectors import vector_settings
@@ -226,7 +226,7 @@ def _copy(src: Connection, target: Engine, source_url: str, target_url: str, bat
         report.finish_seconds = time.monotonic() - finishing
     _verify(target, report)
     if marker.get("verified") != report.verified:
-        # A daemon refuses a target whose copy did not verify (copy_guard.refuse_unfinished_copy).
+        # A daemon refuses a target whose copy did not verify (guard.refuse_unfinished_copy).
         marker["verified"] = report.verified
         with target.begin() as conn:
             _write_marker(conn, marker)

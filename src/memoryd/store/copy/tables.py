@@ -1,8 +1,8 @@
 """What ``memoryd store copy`` copies: every table that holds user data, in an order the
 foreign keys accept, each read in the order of its key.
 
-One list, read by the copier (store/copy.py) and the verification
-(store/copy_verify.py). What is not here is derived by the target's own schema
+One list, read by the copier (store/copy/copier.py) and the verification
+(store/copy/copier.py). What is not here is derived by the target's own schema
 as rows arrive: SQLite's FTS5 index, vec0 index, ``vector_owners`` and
 ``memory_vectors_meta`` (filled by migration 0007's triggers through the
 ``memory_vectors`` view), PostgreSQL's generated tsvector and HNSW index; and

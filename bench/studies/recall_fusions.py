@@ -142,3 +142,8 @@ def variants() -> dict[str, Variant]:
                             else 1.0)
             out[f"session route: top {top} sessions x{factor}"] = routed
     return out
+
+
+if __name__ == "__main__":
+    raise SystemExit("variants for the offline replica: run "
+                     ".venv/bin/python bench/recall_conv_offline.py --fusions")
