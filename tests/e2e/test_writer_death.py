@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from memoryd.client import ClientError
 from tests.e2e.conftest import E2EDaemon
 from tests.e2e.helpers import error_of, get
 from tests.integration.harness import run_cli, wait_until
@@ -25,8 +26,7 @@ def test_a_dead_writer_thread_fails_writes_with_1003_and_turns_the_daemon_degrad
         start_e2e: Callable[..., E2EDaemon], short_tmp: Path) -> None:
     trigger = short_tmp / "kill-writer"
     # One writer thread: on PostgreSQL the committer runs pg_writers (3) of them, and the fault
-    # kills one, after which the other two went on writing (this test failed on postgres in a
-    # clean-clone make test-postgres). The death of one writer among several is not covered yet.
+    # kills one, after which the next write may go to another (the test below covers that).
     d = start_e2e("writer", launcher=[str(WRITER_FAULT), str(trigger)], config={"pg_writers": 1})
     kept = d.write("The release branch is cut every second Tuesday", agent_id="e2e-writer")["id"]
     before = d.call("daemon.status")
@@ -68,3 +68,36 @@ def test_a_dead_writer_thread_fails_writes_with_1003_and_turns_the_daemon_degrad
     assert "degraded" in shown.stdout
     assert "the writer thread stopped" in shown.stdout
     assert '"event": "commit.writer_crashed"' in d.stderr_text()
+
+
+def test_one_writer_dying_among_several_turns_every_later_write_away(
+        start_e2e: Callable[..., E2EDaemon], short_tmp: Path) -> None:
+    """Three writer threads on PostgreSQL (one on SQLite); the fault kills the first. Writes the
+    live ones take before it wakes are stored; from the dead one's first batch on, every write
+    fails with 1003 (the daemon is degraded as a whole, not left writing on two threads of
+    three), and each write answered with an id is stored exactly once."""
+    trigger = short_tmp / "kill-writer"
+    d = start_e2e("writers", launcher=[str(WRITER_FAULT), str(trigger)], config={"pg_writers": 3})
+    acked = [d.write(f"Control note {i} before the fault", agent_id="e2e-writers")["id"] for i in range(3)]
+    trigger.touch()
+    done = trigger.with_name(trigger.name + ".done")
+    wait_until(done.exists, timeout_s=10, message="the fault to be raised in the first writer thread")
+    assert done.read_text(encoding="utf-8") == "1"
+
+    refused = None
+    for i in range(60):  # each write wakes one waiting writer; the dead one's turn comes soon
+        try:
+            acked.append(d.call("memory.write", {"content": f"Note {i} after the fault",
+                                                 "agent_id": "e2e-writers"})["id"])
+        except ClientError as exc:
+            refused = exc
+            break
+    assert refused is not None, "60 writes went through: the dead writer never took a batch"
+    assert refused.code == 1003 and "writer thread stopped" in refused.message, refused
+    for _ in range(5):  # every later write is refused at once, whichever thread is free
+        assert error_of(d, "memory.write", {"content": "One note too many",
+                                            "agent_id": "e2e-writers"}).code == 1003
+    stored = dict(d.query("SELECT id, count(*) FROM memories GROUP BY id"))
+    assert sorted(stored) == sorted(acked) and set(stored.values()) == {1}
+    status = d.call("daemon.status")
+    assert (status["health"], status["write_queue"]["writer"]) == ("degraded", "stopped")
