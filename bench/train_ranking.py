@@ -48,6 +48,10 @@ from memoryd.text.timeexpr import parse_time
 CACHE = Path("/tmp/memoryd-conv-vectors")
 STAMP = "2026-01-01T00:00:00Z"
 L2_GRID = (0.1, 1.0, 10.0, 100.0)
+#: How close a refit must come to the committed weights. The embedder's float32 output differs in
+#: its last bits from run to run (threads, load): the same script on the same data refitted the
+#: weights 7e-6 away from those it wrote, and --check failed at 1e-6.
+SAME = 1e-4
 
 
 def pools(dialogues: Sequence[dict[str, Any]], embedder: Any, depth: int) -> list[dict[str, Any]]:
@@ -144,7 +148,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--write", action="store_true", help=f"write the weights to {WEIGHTS_PATH}")
     ap.add_argument("--check", action="store_true",
-                    help="exit 1 unless the fitted weights equal the committed ones (to 1e-6)")
+                    help=f"exit 1 unless the fitted weights equal the committed ones (to {SAME})")
     ap.add_argument("--depth", type=int, default=S.leg_limit(S.SearchRequest(query="")),
                     help="rows per leg (the daemon's leg_limit at k=10: 20)")
     args = ap.parse_args()
@@ -177,8 +181,8 @@ def main() -> None:
     print(f"  {'(intercept)':16} {model.intercept:+.4f}")
     if args.check:
         committed = learned.load()
-        same = np.allclose(committed.weights, model.weights, rtol=1e-6, atol=1e-6) and \
-            abs(committed.intercept - model.intercept) < 1e-6
+        same = np.allclose(committed.weights, model.weights, rtol=SAME, atol=SAME) and \
+            abs(committed.intercept - model.intercept) < SAME
         print(f"committed weights {'reproduced' if same else 'NOT reproduced'} ({WEIGHTS_PATH})")
         if not same:
             raise SystemExit(1)
