@@ -36,7 +36,9 @@ session for 0.973 of the questions, and the best 10 sessions by their best row 0
 ``stale_first`` counts the "changed facts" questions (32 on the tuning half) whose top 10 puts a
 superseded statement above every current one: 10 in fused order and with the model. Features
 for it left the count at 10 (the row's recency within the pool; the best score of a later
-candidate of another session sharing its words, and of an earlier one). A rule after the model
+candidate of another session sharing its words, and of an earlier one); with the superseded
+statements (``stale_evidence``) weighted 3 - 100 times as negatives in the fit, 4 - 10, erratic
+from one weight to the next, at recall@10 0.722 - 0.735. A rule after the model
 (the newer of two candidates about one subject first) took it to 5 - 7 here and did not carry
 over to the held-out half: bench/studies/stale_first.py.
 
