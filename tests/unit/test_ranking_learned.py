@@ -89,3 +89,28 @@ def test_a_pool_without_conversation_turns_keeps_its_fused_order() -> None:
     rows = [{**r, "kind": "fact", "session_id": None} for r in pool()]
     assert [r["id"] for r in learned.order(QUESTION, rows, k=10)] == [r["id"] for r in rows]
     assert learned.order(QUESTION, rows, k=10)[0]["score"] == rows[0]["score"]
+
+
+def test_a_question_is_found_by_the_answer_said_after_it() -> None:
+    rows = pool()
+    x = features(QUESTION, rows)
+    question = 0  # m1 asks; m2, its answer a minute later, is last in the pool
+    assert x[question, NAMES.index("precedes_hit")] == pytest.approx(rows[-1]["score"] / rows[0]["score"])
+    # Control: the answer has nothing said after it in its session.
+    assert x[len(rows) - 1, NAMES.index("precedes_hit")] == 0.0
+
+
+def test_length_counts_a_turns_words_up_to_a_cap() -> None:
+    rows = [turn(1, "Sam: Yes!", "s1", 0, 0.5), turn(2, "Sam: " + "word " * 80, "s2", 0, 0.4)]
+    x = features(QUESTION, rows)
+    assert x[0, NAMES.index("length")] == pytest.approx(2 / 40)  # "Sam", "Yes"
+    assert x[1, NAMES.index("length")] == 1.0
+
+
+def test_names_counts_the_querys_names_said_in_the_text_not_its_speaker() -> None:
+    rows = [turn(1, "Jonas: Priya pitched the map.", "s1", 0, 0.5),
+            turn(2, "Priya: I pitched the map.", "s2", 0, 0.4)]
+    x = features(QUESTION, rows)  # "What did Priya pitch ...": "What" starts it, "Priya" is a name
+    assert x[0, NAMES.index("names")] == 1.0
+    assert x[1, NAMES.index("names")] == 0.0  # the speaker prefix is speaker_named's
+    assert x[1, NAMES.index("speaker_named")] == 1.0

@@ -23,7 +23,12 @@ The features, by name (``NAMES``; the weights file lists them in this order):
 * ``speaker_named`` — 1 when a conversation turn's speaker ("Name: text") is named in the query;
 * ``follows_hit`` / ``follows_question`` — the fused score (over the pool's best) of the
   candidate said just before it in its session (within NEIGHBOUR_S), and the same when that
-  turn asked a question: an answer is found by the question it answers.
+  turn asked a question: an answer is found by the question it answers;
+* ``precedes_hit`` — the fused score of the candidate said just after it (within NEIGHBOUR_S):
+  a question is found by its answer;
+* ``length`` — the row's words over LONG_WORDS, at most 1 ("Yes!" against a statement);
+* ``names`` — the share of the query's names (capitalised words after its first) said in the
+  row's text (a turn's speaker prefix left out: ``speaker_named`` has it).
 
 Rows without a session (notes, facts) have 0 for the session features. Tried on the tuning
 half and left out (bench/train_ranking.py's docstring says how they were compared): how many
@@ -46,11 +51,15 @@ from memoryd.store.search_request import query_terms
 from memoryd.text.timeexpr import TimeWindow
 
 NAMES = ("fused", "lex_rrf", "vec_rrf", "cosine", "cosine_gap", "bm25", "overlap", "both_legs",
-         "neighbour_best", "in_window", "speaker_named", "follows_hit", "follows_question")
+         "neighbour_best", "in_window", "speaker_named", "follows_hit", "follows_question",
+         "precedes_hit", "length", "names")
+#: Words past which a turn's length counts as long (``length``).
+LONG_WORDS = 40
 #: Seconds within which two turns of one session count as neighbours (about two turns).
 NEIGHBOUR_S = 120.0
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SPEAKER = re.compile(r"^\s*([^\W\d_][\w .'-]{0,40}?):\s")
+_NAME = re.compile(r"\b[A-Z][a-z]+\b")
 
 
 def _stem(word: str) -> str:
@@ -78,6 +87,8 @@ def features(query: str, rows: Sequence[dict[str, Any]], windows: Sequence[TimeW
     terms = query_terms(query)
     stems = {_stem(w) for w in terms.words} if terms else set()
     named = {w.lower() for w in _WORD.findall(query)}
+    # Capitalised words past the query's first: names ("Where does Maya work?"), not "Where".
+    names = {m.group().lower() for m in _NAME.finditer(query) if m.start() > 0}
     sessions: dict[str, list[int]] = {}
     for i, r in enumerate(rows):
         if r.get("session_id"):
@@ -97,8 +108,9 @@ def features(query: str, rows: Sequence[dict[str, Any]], windows: Sequence[TimeW
         else:
             x[4] = worst_cos - best_cos
         text = str(r.get("content") or "")
+        words = _WORD.findall(text)
         if stems:
-            have = {_stem(w) for w in _WORD.findall(text)}
+            have = {_stem(w) for w in words}
             x[6] = len(stems & have) / len(stems)
         x[7] = float("lexical_rank" in st and cos is not None)
         session = r.get("session_id")
@@ -111,9 +123,15 @@ def features(query: str, rows: Sequence[dict[str, Any]], windows: Sequence[TimeW
                 j = max(before, key=lambda j: when[j])
                 x[11] = rel[j]
                 x[12] = rel[j] * float(str(rows[j].get("content") or "").rstrip().endswith("?"))
+            after = [j for j in near if when[j] > when[i]]
+            if after:
+                x[13] = rel[min(after, key=lambda j: when[j])]
         x[9] = float(st.get("time_boost", 1.0) > 1.0)
-        if r.get("kind") == "conversation":
-            m = _SPEAKER.match(text)
-            if m is not None:
-                x[10] = float(any(w.lower() in named for w in _WORD.findall(m.group(1))))
+        m = _SPEAKER.match(text) if r.get("kind") == "conversation" else None
+        speaker = _WORD.findall(m.group(1)) if m is not None else []
+        x[10] = float(any(w.lower() in named for w in speaker))
+        x[14] = min(len(words), LONG_WORDS) / LONG_WORDS
+        if names:
+            said = {w.lower() for w in words[len(speaker):]}
+            x[15] = len(names & said) / len(names)
     return out

@@ -1,7 +1,9 @@
 """Scoring a fused pool with the learned weights, and the order a hybrid search answers in.
 
-The model is a logistic regression over features.py's numbers (a dot product: well under a
-millisecond for a pool of 40), fitted by bench/train_ranking.py on conversation turns. It
+The model is a weighted sum of features.py's numbers (a dot product: well under a
+millisecond for a pool of 40), fitted by bench/train_ranking.py on conversation turns with a
+listwise loss (a softmax over each question's pool) or a pointwise one (logistic regression),
+whichever ranked better on the tuning half (weights.json says which). It
 orders pools that hold conversation turns; a pool of other memories keeps its fused order,
 which the model was never fitted on.
 
@@ -52,7 +54,8 @@ def applies(rows: Sequence[dict[str, Any]]) -> bool:
 
 def scores(query: str, rows: Sequence[dict[str, Any]], windows: Sequence[TimeWindow] = (),
            model: Model | None = None) -> np.ndarray:
-    """The model's score (log-odds of being evidence) for each row of the pool."""
+    """The model's score for each row of the pool (higher ranks first; comparable within one
+    pool only)."""
     m = model or load()
     return np.asarray(features(query, rows, windows) @ m.weights + m.intercept)
 
