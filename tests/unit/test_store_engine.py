@@ -94,17 +94,8 @@ def test_a_raw_connection_does_not_carry_the_engine_pragmas(db_path: Path,
 # -- transaction modes -----------------------------------------------------------------
 
 
-def test_write_transaction_begins_immediate(engine: Engine) -> None:
-    with statements(engine) as seen, engine.begin() as conn:
-        conn.execute(select(memories.c.id).limit(1))
-    assert seen[0] == "BEGIN IMMEDIATE"
-    assert not any(s.startswith("BEGIN") and s != "BEGIN IMMEDIATE" for s in seen)
-
-
-def test_read_only_transaction_begins_deferred(engine: Engine) -> None:
-    with statements(engine) as seen, read_only(engine) as conn:
-        conn.execute(select(memories.c.id).limit(1))
-    assert seen[0] == "BEGIN DEFERRED"
+# What each transaction begins with, as SQLite receives it (the dialect sends BEGIN on the
+# driver, not through SQLAlchemy's execute): tests/unit/test_write_statements.py.
 
 
 def test_open_write_transaction_holds_the_write_lock_from_begin(db_path: Path, engine: Engine) -> None:

@@ -182,6 +182,16 @@ class LanePick:
 
 
 def _pick_stmt(conn: Connection) -> Prepared:
+    """The lane pick: on a backend with one writer (SQLite) lane 0's head row by its key;
+    elsewhere the first lane no other transaction holds."""
+    backend = backend_for(conn)
+    if backend.one_writer:
+        return prepare(conn, "audit-lane-zero", lambda: select(
+            audit_lanes.c.lane, audit_lanes.c.n, audit_lanes.c.hash).where(audit_lanes.c.lane == 0))
+    return _first_free_stmt(conn)
+
+
+def _first_free_stmt(conn: Connection) -> Prepared:
     backend = backend_for(conn)
     return prepare(conn, ("audit-lane-pick", backend.name), lambda: backend.lock_audit_lane(
         select(audit_lanes.c.lane, audit_lanes.c.n, audit_lanes.c.hash)
@@ -201,11 +211,14 @@ def _take_lane(conn: Connection, sent: LanePick | None) -> tuple[int, int, str]:
     The first lane nobody holds; when all are held, a new one. On SQLite (one
     writer) that is always lane 0."""
     rows = collect(conn, sent.stmt, sent.cursor) if sent is not None else fetch(conn, _pick_stmt(conn), {})
+    if not rows and backend_for(conn).one_writer:
+        # No lane 0 (a new store, or one copied from PostgreSQL without it): its lowest lane.
+        rows = fetch(conn, _first_free_stmt(conn), {})
     while not rows:
         opened = _open_lane(conn)
         if opened is not None:
             return opened, 0, lane_genesis(opened)
-        rows = fetch(conn, _pick_stmt(conn), {})
+        rows = fetch(conn, _first_free_stmt(conn), {})
     lane, count, head = rows[0]
     return int(lane), int(count), str(head)
 

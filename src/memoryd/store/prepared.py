@@ -15,11 +15,12 @@ driver takes as they are (str, int, float, bool, None; JSON already dumped).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -142,6 +143,28 @@ def _sqlalchemy_error(conn: Connection, stmt: Prepared, exc: Exception) -> BaseE
     taken for a bug. Parameters hidden, as the engine hides them (they may hold memory text)."""
     return DBAPIError.instance(stmt.sql, None, exc, conn.dialect.loaded_dbapi.Error,
                                hide_parameters=True, dialect=conn.dialect)
+
+
+@contextmanager
+def savepoint(conn: Connection, name: str = "memoryd_unit") -> Iterator[None]:
+    """A savepoint around a block, as plain statements on the driver's cursor: an exception
+    other than a store error rolls the block back alone (the savepoint stays, empty, until the
+    transaction ends, as after ``Connection.begin_nested``); a store error (DBAPIError) is
+    left to the caller's transaction, which rolls back whole. On PostgreSQL the statements
+    are queued in pipeline mode, at no round trip; on SQLite they skip SQLAlchemy's
+    nested-transaction work.
+
+    Only plain statements may run inside: SQLAlchemy does not know of this savepoint, so a
+    ``Connection.begin_nested`` opened inside must end inside (a context manager does)."""
+    run(conn, prepare(conn, ("savepoint", name), lambda: text(f"SAVEPOINT {name}")), {})
+    try:
+        yield
+    except DBAPIError:
+        raise  # the store failed: the whole transaction is rolled back
+    except BaseException:
+        run(conn, prepare(conn, ("savepoint-undo", name), lambda: text(f"ROLLBACK TO SAVEPOINT {name}")), {})
+        raise
+    run(conn, prepare(conn, ("savepoint-release", name), lambda: text(f"RELEASE SAVEPOINT {name}")), {})
 
 
 #: Rows from which insert_rows sends one multi-row statement instead of an executemany. Below

@@ -171,7 +171,7 @@ def _commit_one(conn: Connection, unit: WriteUnit, now: datetime, ctx: WriteCont
     unit_ctx = WriteContext(actor=unit.actor, passes=ctx.passes, max_attempts=ctx.max_attempts,
                             idempotency_ttl_s=ctx.idempotency_ttl_s)
     try:
-        with conn.begin_nested():
+        with backend_for(conn).savepoint(conn):
             if unit.op is not None:
                 return unit.op(conn, now, unit_ctx)
             if is_restore_unit(unit.items):  # an import's batch, in a few statements

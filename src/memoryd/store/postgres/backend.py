@@ -85,9 +85,6 @@ class PostgresBackend(Backend):
     def pipeline(self, conn: Connection) -> AbstractContextManager[Any]:
         return _pipeline(conn)
 
-    def savepoint(self, conn: Connection) -> AbstractContextManager[Any]:
-        return _savepoint(conn)
-
     def commit_in_pipeline(self, conn: Connection) -> None:
         # Queued behind the inserts: the pipeline's closing sync carries them and the COMMIT in
         # one round trip (psycopg then finds the session idle, and the transaction's own
@@ -188,22 +185,6 @@ def _pipeline(conn: Connection) -> Iterator[None]:
     except psycopg.Error as exc:
         raise DBAPIError.instance(None, None, exc, psycopg.Error, hide_parameters=True,
                                   dialect=conn.dialect) from exc
-
-
-@contextmanager
-def _savepoint(conn: Connection) -> Iterator[None]:
-    """SAVEPOINT / RELEASE (ROLLBACK TO after an error) as three plain statements: queued in
-    pipeline mode, they cost no round trip, and none of SQLAlchemy's nested-transaction work
-    (0.1 ms of the writer's CPU a batch)."""
-    run(conn, prepare(conn, "savepoint", lambda: text("SAVEPOINT memoryd_unit")), {})
-    try:
-        yield
-    except DBAPIError:
-        raise  # the store failed: the whole transaction is rolled back
-    except BaseException:
-        run(conn, prepare(conn, "savepoint-undo", lambda: text("ROLLBACK TO SAVEPOINT memoryd_unit")), {})
-        raise
-    run(conn, prepare(conn, "savepoint-release", lambda: text("RELEASE SAVEPOINT memoryd_unit")), {})
 
 
 def _unbounded(conn: Connection) -> None:

@@ -25,6 +25,7 @@ class SqliteBackend(Backend):
 
     name = "sqlite"
     max_knn = vectors.MAX_KNN
+    one_writer = True
 
     def insert(self, table: Table) -> sqlite.Insert:
         return sqlite.insert(table)
