@@ -336,8 +336,9 @@ def due_passes(conn: Connection, pass_names: Sequence[str], *, now: float) -> se
 
     Probes the claim index once per pass instead of counting the backlog. The runner
     asks at every cycle, on the CPUs the write path uses: through ``Connection.execute``
-    the statement's cache key and result set-up cost 7.6 - 9.5 ms of CPU a cycle with
-    the daemon's passes, compiled once and run on the driver's cursor 0.9 ms.
+    this probe and :func:`next_due` cost 2.5 - 3.3 ms of CPU a cycle with the daemon's
+    seven passes (building the statements and their cache keys), compiled once and run
+    on the driver's cursor 0.29 - 0.30 ms.
     """
     if not pass_names:
         return set()
@@ -348,7 +349,7 @@ def due_passes(conn: Connection, pass_names: Sequence[str], *, now: float) -> se
 
 
 def _due_query(pass_names: Sequence[str]) -> Select[Any]:
-    cols = []
+    cols: list[Any] = []
     for i, name in enumerate(pass_names):
         ready = select(jobs.c.id).where(pass_col == name, jobs.c.state == "ready",
                                         jobs.c.run_after <= bindparam("now")).limit(1)

@@ -209,7 +209,7 @@ def _take_lane(conn: Connection, sent: LanePick | None) -> tuple[int, int, str]:
     """A lane for this transaction: (lane, its event count, its head hash), held until commit.
 
     The first lane nobody holds; when all are held, a new one. On SQLite (one
-    writer) that is always lane 0."""
+    writer) lane 0, read by its key (its lowest lane when it has no lane 0)."""
     rows = collect(conn, sent.stmt, sent.cursor) if sent is not None else fetch(conn, _pick_stmt(conn), {})
     if not rows and backend_for(conn).one_writer:
         # No lane 0 (a new store, or one copied from PostgreSQL without it): its lowest lane.

@@ -77,7 +77,7 @@ class Backend(ABC):
     def savepoint(self, conn: Connection) -> AbstractContextManager[Any]:
         """A savepoint around a block: an exception leaves the block rolled back alone. On the
         driver's cursor (store/prepared.py), so it may sit inside :meth:`pipeline`; SQLAlchemy's
-        ``begin_nested`` cost the SQLite group commit 232 µs of CPU a savepoint."""
+        ``begin_nested`` cost 51 µs of CPU a savepoint on SQLite, this 7 µs."""
         return savepoint(conn)
 
     def commit_in_pipeline(self, conn: Connection) -> None:  # noqa: B027 - optional hook

@@ -154,8 +154,8 @@ def savepoint(conn: Connection, name: str = "memoryd_unit") -> Iterator[None]:
     are queued in pipeline mode, at no round trip; on SQLite they skip SQLAlchemy's
     nested-transaction work.
 
-    Only plain statements may run inside: SQLAlchemy does not know of this savepoint, so a
-    ``Connection.begin_nested`` opened inside must end inside (a context manager does)."""
+    SQLAlchemy does not know of this savepoint: statements through ``Connection.execute``
+    may run inside, and a ``Connection.begin_nested`` opened inside must end inside."""
     run(conn, prepare(conn, ("savepoint", name), lambda: text(f"SAVEPOINT {name}")), {})
     try:
         yield
