@@ -210,7 +210,15 @@ def _next_due_before(conn: Connection, pass_names: Sequence[str]) -> float | Non
     return min(candidates) if candidates else None
 
 
-PASSES = ("embed", "classify", "extract", "reflect")
+PASSES = ("embed", "classify", "extract", "reflect", "decay")
+
+
+def _job(conn: Connection, name: str, target: str, state: str, run_after: float,
+         lease_until: float | None) -> None:
+    conn.execute(jobs.insert().values(
+        {"pass": name, "target": target, "payload": {}, "state": state, "priority": 0,
+         "run_after": run_after, "attempts": 1, "max_attempts": 5, "lease_until": lease_until,
+         "created_at": run_after, "updated_at": run_after}))
 
 
 def test_compiled_queue_probes_answer_as_the_queries_they_replace(engine: Engine) -> None:
@@ -218,15 +226,15 @@ def test_compiled_queue_probes_answer_as_the_queries_they_replace(engine: Engine
     base = 1_000_000.0
     with engine.begin() as conn:
         for i in range(60):
-            name = rng.choice(PASSES[:3])  # "reflect" never has a job
+            name = rng.choice(PASSES[:3])  # "reflect" and "decay" have one job each, below
             state = rng.choice(("ready", "leased", "done", "dead"))
-            conn.execute(jobs.insert().values(
-                {"pass": name, "target": f"t{i}", "payload": {}, "state": state, "priority": 0,
-                 "run_after": base + rng.uniform(-50, 50), "attempts": 1, "max_attempts": 5,
-                 "lease_until": base + rng.uniform(-50, 50) if state == "leased" else None,
-                 "created_at": base, "updated_at": base}))
+            _job(conn, name, f"t{i}", state, base + rng.randint(-50, 50),
+                 base + rng.randint(-50, 50) if state == "leased" else None)
+        # Due exactly at a time asked (run_after <= now), and a lease ending exactly then (< now).
+        _job(conn, "reflect", "r1", "ready", base + 5.0, None)
+        _job(conn, "decay", "d1", "leased", base + 60.0, base)
     answers = set()
-    for names in (PASSES, PASSES[1:], ("extract",), ("reflect",)):
+    for names in (PASSES, PASSES[1:], ("extract",), ("reflect",), ("decay",)):
         for now in [base + d for d in (-60.0, -20.0, -5.0, 0.0, 5.0, 20.0, 60.0)]:
             with read_only(engine) as conn:
                 due, expected_due = jobq.due_passes(conn, names, now=now), _due_before(conn, names, now)
