@@ -139,6 +139,23 @@ def test_forget_withdraws_open_proposals_citing_the_row_before_the_erasure_runs(
     assert ctl.status == "open" and ctl.payload == {"merged_text": "the cache warms at dawn"}
 
 
+def test_forget_scrubs_the_words_of_proposals_already_decided_and_keeps_their_decision(store: Engine) -> None:
+    doomed = store_write(store, "the badge reader code is 4417 at the north door", NOW)
+    other = store_write(store, "the badge reader code is 4417", NOW)
+    with store.begin() as conn:
+        decided = proposals.propose(conn, kind="merge", memory_ids=sorted([doomed, other]),
+                                    reason="near-duplicates: the badge reader code is 4417",
+                                    payload={"merged_text": "the badge code is 4417 at the north door"},
+                                    created_by="consolidate", now=NOW)
+        assert proposals.close(conn, decided, "rejected", "operator", "not the same door", NOW)
+    forget(store, doomed)
+    with store.connect() as conn:
+        got = proposals.get(conn, decided)
+    # A decided proposal keeps its decision (it is never raised again) but loses every word.
+    assert got.status == "rejected"
+    assert "4417" not in got.reason and "4417" not in repr(got.payload)
+
+
 # -- erase: the retention pass --------------------------------------------------------------------
 
 
