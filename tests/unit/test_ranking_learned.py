@@ -1,5 +1,5 @@
 """The learned ranking of fused candidates (store/ranking/): the committed weights, the
-features they score, the session spread and the session guard, and pools it leaves alone.
+features they score, the session guard, and pools it leaves alone.
 
 The weights are the committed data file; tests/slow/test_train_ranking.py checks the
 training script reproduces them.
@@ -83,57 +83,6 @@ def test_every_session_of_the_fused_top_k_keeps_a_row() -> None:
     assert {session_of[i] for i in top} == {"a", "b", "c"}
     assert sorted(learned.guarded(fused, learned_order, session_of, k=4)) == fused  # nothing lost
     assert learned.guarded(fused, [0, 1, 2, 3, 4, 5], session_of, k=4) == [0, 1, 2, 3, 4, 5]
-
-
-def test_the_committed_weights_carry_the_session_spread() -> None:
-    data = json.loads(WEIGHTS_PATH.read_text())
-    spread = learned.load().spread
-    assert spread is not None
-    assert (spread.keep, spread.temperature, spread.weight) == (
-        data["spread"]["keep"], data["spread"]["temperature"], data["spread"]["weight"])
-
-
-def test_a_weights_file_without_a_spread_keeps_the_guard(tmp_path: Any) -> None:
-    data = json.loads(WEIGHTS_PATH.read_text())
-    del data["spread"]
-    path = tmp_path / "weights.json"
-    path.write_text(json.dumps(data))
-    assert learned.load(path).spread is None
-
-
-def test_the_spread_gives_a_session_with_mass_one_place_under_the_kept_rows() -> None:
-    # Session a holds the model's best four rows; b's one row is fifth but holds a fair share
-    # of the pool's mass; c's rows are weak.
-    scores = np.array([3.0, 2.9, 2.8, 2.7, 2.6, 0.0, -0.1])
-    session_of = ["a", "a", "a", "a", "b", "c", "c"]
-    spread = learned.Spread(keep=1, temperature=1.0, weight=1.0)
-    order = learned.spread(scores, session_of, 3, spread)
-    assert order[:3] == [0, 4, 1]  # the kept row, then b's row ahead of a's second
-    assert sorted(order) == list(range(7))  # nothing lost
-    assert order[3:] == [2, 3, 5, 6]  # the rest in the model's order
-    # Control: with no weight on sessions the top 3 is the model's.
-    assert learned.spread(scores, session_of, 3, learned.Spread(1, 1.0, 0.0))[:3] == [0, 1, 2]
-    # The kept rows stand even when another session would gain more.
-    assert learned.spread(scores, session_of, 3, learned.Spread(3, 1.0, 1.0))[:3] == [0, 1, 2]
-
-
-def test_a_row_without_a_session_earns_no_session_share() -> None:
-    scores = np.array([3.0, 2.9, 2.6])
-    spread = learned.Spread(keep=1, temperature=1.0, weight=1.0)
-    assert learned.spread(scores, ["a", "a", None], 2, spread)[:2] == [0, 1]
-    assert learned.spread(scores, ["a", "a", "b"], 2, spread)[:2] == [0, 2]  # control
-
-
-def test_order_answers_with_the_spread_when_the_model_has_one() -> None:
-    # A model that scores every row alike keeps the fused order; the spread then lifts the
-    # first row of each session the top k lacks, and the guard, given no other order, does not.
-    rows = [turn(i, f"Sam: line {i}", "s1" if i < 5 else f"s{i}", i, 1.0 - i * 0.01) for i in range(8)]
-    flat = learned.Model(np.zeros(len(NAMES)), 0.0)
-    guard = [r["id"] for r in learned.order(QUESTION, rows, k=4, model=flat)]
-    assert guard == [r["id"] for r in rows]
-    spread = learned.Model(flat.weights, 0.0, learned.Spread(keep=1, temperature=1.0, weight=1.0))
-    top = [r["id"] for r in learned.order(QUESTION, rows, k=4, model=spread)][:4]
-    assert top == ["m0", "m5", "m6", "m7"]
 
 
 def test_a_pool_without_conversation_turns_keeps_its_fused_order() -> None:

@@ -7,21 +7,10 @@ whichever ranked better on the tuning half (weights.json says which). It
 orders pools that hold conversation turns; a pool of other memories keeps its fused order,
 which the model was never fitted on.
 
-Then one of two second stages spreads the top k over sessions (the evidence of a question
-sits in one or a few sessions; a top k of one session's rows finds none when that session is
-the wrong one):
-
-* the session spread (``Spread``, when weights.json has one): the model's best ``keep`` rows
-  stand; each later place of the top k goes to the row with the most to add: its share of
-  the pool's softmax, plus, if no row of its session is placed yet, ``weight`` times its
-  session's share of a softmax at ``temperature`` (at most 1): a session that holds much of
-  the pool's mass earns one place even under rows of a session already there. Chosen by
-  bench/train_ranking.py on the tuning half (leave-one-dialogue-out): against the guard,
-  session recall@10 0.895 → 0.917 with turn recall@5 and @10 and every category no lower;
-* the session guard (a weights file without a spread): every session among the fused top
-  k keeps a row in the answer's top k. The model alone lifted turn recall on the tuning
-  half but crowded the top 10 with fewer sessions (session hit@10 0.894 → 0.872 by
-  leave-one-dialogue-out); with the guard it kept them (0.898) and the recall.
+The session guard: every session among the fused top k keeps a row in the answer's top k.
+The model alone lifted turn recall on the tuning half but crowded the top 10 with fewer
+sessions (session hit@10 0.894 → 0.872 by leave-one-dialogue-out); with the guard it
+keeps them (0.898) and the recall.
 """
 
 from __future__ import annotations
@@ -42,20 +31,9 @@ from memoryd.text.timeexpr import TimeWindow
 
 
 @dataclass(frozen=True)
-class Spread:
-    """The session spread's settings (module docstring; weights.json ``spread``)."""
-
-    keep: int
-    temperature: float
-    weight: float
-
-
-@dataclass(frozen=True)
 class Model:
     weights: np.ndarray
     intercept: float
-    #: The second stage: the session spread, or None for the session guard.
-    spread: Spread | None = None
 
 
 @lru_cache(maxsize=4)
@@ -66,10 +44,7 @@ def load(path: Path = WEIGHTS_PATH) -> Model:
     if names != NAMES:
         raise ValueError(f"{path} has weights for {names}, but features.py computes {NAMES}: "
                          "run bench/train_ranking.py --write")
-    spread = data.get("spread")
-    return Model(np.array([float(data["weights"][n]) for n in NAMES]), float(data["intercept"]),
-                 Spread(int(spread["keep"]), float(spread["temperature"]), float(spread["weight"]))
-                 if spread else None)
+    return Model(np.array([float(data["weights"][n]) for n in NAMES]), float(data["intercept"]))
 
 
 def applies(rows: Sequence[dict[str, Any]]) -> bool:
@@ -102,45 +77,15 @@ def guarded(fused_order: Sequence[int], learned_order: Sequence[int], session_of
     return top + rest
 
 
-def _softmax(s: np.ndarray) -> np.ndarray:
-    e = np.exp(s - s.max())
-    return np.asarray(e / e.sum())
-
-
-def spread(scores: np.ndarray, session_of: Sequence[Any], k: int, settings: Spread) -> list[int]:
-    """The pool's indices, the top ``k`` spread over sessions (module docstring), then the rest
-    in the model's order. A row without a session earns no session share."""
-    ranked = [int(i) for i in np.argsort(-scores, kind="stable")]
-    share = _softmax(scores)
-    mass: dict[Any, float] = {}
-    for s, m in zip(session_of, _softmax(scores / settings.temperature), strict=True):
-        if s is not None:
-            mass[s] = mass.get(s, 0.0) + float(m)
-    top, rest = ranked[:settings.keep], ranked[settings.keep:]
-    placed = {session_of[i] for i in top}
-    while rest and len(top) < k:
-        gains = [float(share[i]) + (0.0 if session_of[i] is None or session_of[i] in placed
-                                    else settings.weight * min(mass[session_of[i]], 1.0)) for i in rest]
-        pick = rest.pop(gains.index(max(gains)))  # the first of equals: the model's order
-        top.append(pick)
-        placed.add(session_of[pick])
-    return top + rest
-
-
 def order(query: str, rows: Sequence[dict[str, Any]], k: int, windows: Sequence[TimeWindow] = (),
           explain: bool = False, model: Model | None = None) -> list[dict[str, Any]]:
-    """The pool (fused order, best first) in the learned order with its second stage (the
-    session spread, else the session guard); each row's ``score`` becomes its learned score.
-    A pool without turns comes back unchanged."""
+    """The pool (fused order, best first) in the learned order with the session guard; each
+    row's ``score`` becomes its learned score. A pool without turns comes back unchanged."""
     if len(rows) < 2 or not applies(rows):
         return list(rows)
-    m = model or load()
-    s = scores(query, rows, windows, m)
-    session_of = [r.get("session_id") for r in rows]
-    if m.spread is not None:
-        final = spread(s, session_of, k, m.spread)
-    else:
-        final = guarded(range(len(rows)), [int(i) for i in np.argsort(-s, kind="stable")], session_of, k)
+    s = scores(query, rows, windows, model)
+    learned = [int(i) for i in np.argsort(-s, kind="stable")]
+    final = guarded(range(len(rows)), learned, [r.get("session_id") for r in rows], k)
     out = []
     for i in final:
         item = dict(rows[i])
