@@ -124,7 +124,9 @@ def pools(dialogues: Sequence[dict[str, Any]], embedder: Any, depth: int) -> lis
         windows = parse_time(q["question"], parse_rfc3339(asked[q["id"]]))
         fused = S.fuse(lex, vec, 2 * depth, now, False, windows)
         gold = set(q["evidence"])
-        out.append({"q": q, "rows": fused, "windows": windows, "x": features(q["question"], fused, windows),
+        stored = {r["seq"]: vecs[r["seq"]] for r in fused}  # what the daemon reads from its store
+        out.append({"q": q, "rows": fused, "windows": windows, "vectors": stored,
+                    "x": features(q["question"], fused, windows, stored),
                     "y": np.array([r["id"] in gold for r in fused], dtype=bool),
                     "session_of": {t.id: t.session for t in turns}})
     return out
@@ -193,7 +195,7 @@ def ranked(p: dict[str, Any], model: learned.Model | None) -> list[str]:
     if model is None:
         return [r["id"] for r in p["rows"]][:rc.K]
     return [r["id"] for r in learned.order(p["q"]["question"], p["rows"], rc.K, p["windows"],
-                                           model=model)][:rc.K]
+                                           model=model, vectors=p["vectors"])][:rc.K]
 
 
 def evaluate(data: Sequence[dict[str, Any]], model: learned.Model | None) -> dict[str, float]:
