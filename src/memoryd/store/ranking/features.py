@@ -162,7 +162,7 @@ def said_elsewhere(rows: Sequence[dict[str, Any]], rel: Sequence[float],
         return out
     v = np.array([vectors[rows[i]["seq"]] for i in have], dtype=np.float64)
     v /= np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-    sim = v @ v.T
+    sim = np.einsum("ik,jk->ij", v, v)  # not v @ v.T: OpenBLAS threads cost ms on a busy machine
     when = np.array([_when(rows[i]).timestamp() for i in have])
     session = [rows[i].get("session_id") for i in have]
     other = np.array([[a != b for b in session] for a in session])
