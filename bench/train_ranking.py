@@ -45,7 +45,11 @@ candidate of another session sharing its words, and of an earlier one); with the
 statements (``stale_evidence``) weighted 3 - 100 times as negatives in the fit, 4 - 10, erratic
 from one weight to the next, at recall@10 0.722 - 0.735. A rule after the model
 (the newer of two candidates about one subject first) took it to 5 - 7 here and did not carry
-over to the held-out half: bench/studies/stale_first.py.
+over to the held-out half: bench/studies/stale_first.py. Two features from the pool's stored
+vectors (the best cosine x score of a later, and of an earlier, candidate of another session
+with cosine >= 0.675), chosen here by the same rule (0.691 / 0.757, stale first 8), were put in
+the daemon and scored once on the held-out half: stale first 15 -> 15 of 33, turn recall@10
+0.819 both, so they came out again: bench/studies/superseded_vectors.py.
 
 A second stage in place of the session guard, for issue 23's session-level target (the best
 5 rows kept, then each place to the row with the most to add, its softmax share plus its
@@ -124,9 +128,7 @@ def pools(dialogues: Sequence[dict[str, Any]], embedder: Any, depth: int) -> lis
         windows = parse_time(q["question"], parse_rfc3339(asked[q["id"]]))
         fused = S.fuse(lex, vec, 2 * depth, now, False, windows)
         gold = set(q["evidence"])
-        stored = {r["seq"]: vecs[r["seq"]] for r in fused}  # what the daemon reads from its store
-        out.append({"q": q, "rows": fused, "windows": windows, "vectors": stored,
-                    "x": features(q["question"], fused, windows, stored),
+        out.append({"q": q, "rows": fused, "windows": windows, "x": features(q["question"], fused, windows),
                     "y": np.array([r["id"] in gold for r in fused], dtype=bool),
                     "session_of": {t.id: t.session for t in turns}})
     return out
@@ -195,7 +197,7 @@ def ranked(p: dict[str, Any], model: learned.Model | None) -> list[str]:
     if model is None:
         return [r["id"] for r in p["rows"]][:rc.K]
     return [r["id"] for r in learned.order(p["q"]["question"], p["rows"], rc.K, p["windows"],
-                                           model=model, vectors=p["vectors"])][:rc.K]
+                                           model=model)][:rc.K]
 
 
 def evaluate(data: Sequence[dict[str, Any]], model: learned.Model | None) -> dict[str, float]:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from memoryd.store.ranking import WEIGHTS_PATH, learned
-from memoryd.store.ranking.features import NAMES, SAME_SUBJECT, features
+from memoryd.store.ranking.features import NAMES, features
 
 QUESTION = "What did Priya pitch for the hackathon?"
 
@@ -114,56 +114,3 @@ def test_names_counts_the_querys_names_said_in_the_text_not_its_speaker() -> Non
     assert x[0, NAMES.index("names")] == 1.0
     assert x[1, NAMES.index("names")] == 0.0  # the speaker prefix is speaker_named's
     assert x[1, NAMES.index("speaker_named")] == 1.0
-
-
-def unit(*xs: float) -> np.ndarray:
-    v = np.zeros(8)
-    v[:len(xs)] = xs
-    return v / np.linalg.norm(v)
-
-
-def changed_pool() -> tuple[list[dict[str, Any]], dict[int, np.ndarray]]:
-    """Maya's employer said in March (s1), then again in May (s2), a turn of s1 after it, and a
-    turn of s3 after them all, loosely related (cosine about 0.5); March ranks first in fused
-    order."""
-    rows = [
-        {**turn(1, "Maya: I work at Acme.", "s1", 0, 1.0), "occurred_at": "2024-03-01T10:00:00Z"},
-        {**turn(2, "Maya: I work at Globex now.", "s2", 0, 0.8), "occurred_at": "2024-05-01T10:00:00Z"},
-        {**turn(3, "Maya: Acme is great.", "s1", 0, 0.5), "occurred_at": "2024-06-01T10:00:00Z"},
-        {**turn(4, "Sam: Lunch?", "s3", 0, 0.4), "occurred_at": "2024-07-01T10:00:00Z"},
-    ]
-    vecs = {1: unit(1.0, 0.3), 2: unit(1.0, 0.4), 3: unit(1.0, 0.35), 4: unit(1.0, 0.0, 1.5)}
-    return rows, vecs
-
-
-def test_said_later_is_the_best_later_same_subject_candidate_of_another_session() -> None:
-    rows, vecs = changed_pool()
-    x = features("Where does Maya work?", rows, vectors=vecs)
-    later, earlier = NAMES.index("said_later"), NAMES.index("said_earlier")
-    cos = float(vecs[1] @ vecs[2])
-    assert cos >= SAME_SUBJECT
-    # March: May (s2) says the same later, at 0.8 of the best score; June is its own session's.
-    assert x[0, later] == pytest.approx(cos * 0.8)
-    assert x[0, earlier] == 0.0
-    # May: March said it before; June (s1, another session) after it, at 0.5.
-    assert x[1, earlier] == pytest.approx(cos * 1.0)
-    assert x[1, later] == pytest.approx(float(vecs[2] @ vecs[3]) * 0.5)
-    # June: May is of another session; March, more alike and better ranked, is of its own.
-    assert x[2, earlier] == pytest.approx(float(vecs[3] @ vecs[2]) * 0.8)
-    # Below SAME_SUBJECT: Sam's turn neither counts nor is counted.
-    assert 0.3 < float(vecs[4] @ vecs[1]) < SAME_SUBJECT
-    assert x[3, later] == 0.0 and x[3, earlier] == 0.0
-    # Control: without stored vectors (or without a row's own), the two features are 0.
-    assert not features("Where does Maya work?", rows)[:, [later, earlier]].any()
-    assert features("Where does Maya work?", rows, vectors={2: vecs[2], 3: vecs[3]})[0, later] == 0.0
-
-
-def test_a_statement_said_again_later_elsewhere_ranks_below_it() -> None:
-    rows, vecs = changed_pool()
-    model = learned.Model(np.eye(len(NAMES))[NAMES.index("fused")] + 10 * np.eye(len(NAMES))[
-        NAMES.index("said_later")] * learned.load().weights[NAMES.index("said_later")], 0.0)
-    assert learned.load().weights[NAMES.index("said_later")] < 0  # the committed weights say so too
-    ranked = [r["id"] for r in learned.order("Where does Maya work?", rows, 4, model=model, vectors=vecs)]
-    assert ranked.index("m2") < ranked.index("m1")
-    # Control: without the vectors the fused order stands.
-    assert learned.order("Where does Maya work?", rows, 4, model=model)[0]["id"] == "m1"

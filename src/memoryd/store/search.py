@@ -238,7 +238,7 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
     ``rerank_candidates`` > 0 keeps that many of a hybrid search's fused candidates in
     the outcome's ``candidates`` (they passed both legs' scope filters), for a reranker.
     ``learned_ranking`` orders a hybrid search's whole fused pool by store/ranking/ before
-    the top k is cut (and before a reranker sees it), reading the pool's stored vectors for it.
+    the top k is cut (and before a reranker sees it).
     """
     now_s = to_rfc3339(now)
     ref = parse_rfc3339(req.as_of) if req.as_of else now
@@ -300,11 +300,8 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
                 rows += _fill(rows, vector(conn, req, now_s, fill_vec, want)[0], req, "vector", notices)
     notices += time_notices(windows, applied=mode_used == "hybrid")
     results = hydrate(conn, rows)
-    if mode_used == "hybrid" and learned_ranking and learned.applies(results):
-        # The pool's stored vectors, in the search's snapshot: the ranking compares candidates
-        # by them (store/ranking/features.py said_later).
-        pool_vectors = vectors.stored(conn, [r["seq"] for r in results])
-        results = learned.order(req.query, results, req.k, windows, req.explain, vectors=pool_vectors)
+    if mode_used == "hybrid" and learned_ranking:
+        results = learned.order(req.query, results, req.k, windows, req.explain)
     if mode_used == "hybrid" and rerank_candidates > 0:
         results = results[:max(req.k, rerank_candidates)]
         return SearchOutcome(results[:req.k], mode_used, notices, candidates=results)

@@ -105,18 +105,6 @@ def count_unembedded(conn: Connection, where: Any = None) -> int:
     return int(conn.execute(stmt).scalar_one())
 
 
-def stored(conn: Connection, seqs: Sequence[int]) -> dict[int, np.ndarray]:
-    """The stored vectors of those of the memories ``seqs`` that have one, by seq: one statement
-    (the learned ranking compares a search's candidates by them, store/ranking/features.py)."""
-    if not seqs:
-        return {}
-    if conn.dialect.name == "sqlite":
-        return sqlite_vectors.stored(conn, seqs)
-    from memoryd.store.postgres import vectors as pg_vectors
-
-    return pg_vectors.stored(conn, seqs)
-
-
 def embedded_seqs(conn: Connection, seqs: Sequence[int]) -> set[int]:
     """Those of the memories ``seqs`` that have a vector."""
     if not seqs:

@@ -65,22 +65,6 @@ def _statement(pairs: Sequence[tuple[str, str]], statuses: Sequence[str], kind: 
             .where(and_(*conds)).order_by(order).limit(bindparam("k")))
 
 
-#: pgvector's binary form (vector_send: two int16, dimension and unused, then big-endian float4s)
-#: read by key for a set of seqs: parsing pgvector's text form cost more than the query.
-STORED_SQL = "SELECT memory_seq, vector_send(vector) FROM memory_vectors WHERE memory_seq = ANY(%s)"
-
-
-def stored(conn: Connection, seqs: Sequence[int]) -> dict[int, np.ndarray]:
-    """The stored vectors of those of ``seqs`` that have one (store/vectors.py ``stored``)."""
-    cur: Any = conn.connection.cursor()
-    try:
-        cur.execute(STORED_SQL, ([int(s) for s in seqs],))
-        return {int(seq): np.frombuffer(bytes(blob), dtype=">f4", offset=4).astype("<f4")
-                for seq, blob in cur.fetchall()}
-    finally:
-        cur.close()
-
-
 def knn(conn: Connection, query: np.ndarray, *, k: int, scope_keys: Sequence[str],
         statuses: Sequence[str], kind: str | None) -> list[tuple[int, float]]:
     """The ``k`` nearest visible vectors, nearest first (see the module docstring)."""

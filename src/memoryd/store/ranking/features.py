@@ -28,18 +28,9 @@ The features, by name (``NAMES``; the weights file lists them in this order):
   a question is found by its answer;
 * ``length`` — the row's words over LONG_WORDS, at most 1 ("Yes!" against a statement);
 * ``names`` — the share of the query's names (capitalised words after its first) said in the
-  row's text (a turn's speaker prefix left out: ``speaker_named`` has it);
-* ``said_later`` / ``said_earlier`` — whether another session says much the same thing
-  later (earlier), by the candidates' stored vectors: the best, over candidates of another
-  session said after (before) the row whose cosine with it is at least SAME_SUBJECT, of that
-  cosine × their fused score over the pool's best; 0 when there is none. A statement a newer,
-  well-ranked one resembles is likely superseded ("changed facts"). They need the pool's
-  stored vectors (``vectors``, store/vectors.py ``stored``); a row without one is 0 and
-  compared with nothing.
+  row's text (a turn's speaker prefix left out: ``speaker_named`` has it).
 
-Rows without a session (notes, facts) have 0 for the session features. SAME_SUBJECT and the
-two vector features were chosen on the tuning half by leave-one-dialogue-out
-(bench/studies/superseded_vectors.py). Tried on the tuning
+Rows without a session (notes, facts) have 0 for the session features. Tried on the tuning
 half and left out (bench/train_ranking.py's docstring says how they were compared): how many
 candidates share the row's session, that session's best score and rank (they crowded the top
 10 with one session), and widening the pool with the turn after each of the best ten.
@@ -49,7 +40,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -61,13 +52,11 @@ from memoryd.text.timeexpr import TimeWindow
 
 NAMES = ("fused", "lex_rrf", "vec_rrf", "cosine", "cosine_gap", "bm25", "overlap", "both_legs",
          "neighbour_best", "in_window", "speaker_named", "follows_hit", "follows_question",
-         "precedes_hit", "length", "names", "said_later", "said_earlier")
+         "precedes_hit", "length", "names")
 #: Words past which a turn's length counts as long (``length``).
 LONG_WORDS = 40
 #: Seconds within which two turns of one session count as neighbours (about two turns).
 NEIGHBOUR_S = 120.0
-#: Cosine of two stored vectors from which two candidates count as one subject (``said_later``).
-SAME_SUBJECT = 0.675
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SPEAKER = re.compile(r"^\s*([^\W\d_][\w .'-]{0,40}?):\s")
 _NAME = re.compile(r"\b[A-Z][a-z]+\b")
@@ -81,11 +70,9 @@ def _when(row: dict[str, Any]) -> datetime:
     return parse_rfc3339(row.get("occurred_at") or row["recorded_at"])
 
 
-def features(query: str, rows: Sequence[dict[str, Any]], windows: Sequence[TimeWindow] = (),
-             vectors: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
+def features(query: str, rows: Sequence[dict[str, Any]], windows: Sequence[TimeWindow] = ()) -> np.ndarray:
     """An (n, len(NAMES)) array for ``rows``: the fused pool, best first, each carrying its
-    fusion ``stages`` (store/search.py ``fuse``), ``score``, and the memory's columns.
-    ``vectors`` maps a row's ``seq`` to its stored vector (``said_later``, ``said_earlier``)."""
+    fusion ``stages`` (store/search.py ``fuse``), ``score``, and the memory's columns."""
     n = len(rows)
     out = np.zeros((n, len(NAMES)), dtype=np.float64)
     if n == 0:
@@ -147,28 +134,4 @@ def features(query: str, rows: Sequence[dict[str, Any]], windows: Sequence[TimeW
         if names:
             said = {w.lower() for w in words[len(speaker):]}
             x[15] = len(names & said) / len(names)
-    if vectors:
-        out[:, 16:18] = said_elsewhere(rows, rel, vectors)
-    return out
-
-
-def said_elsewhere(rows: Sequence[dict[str, Any]], rel: Sequence[float],
-                   vectors: Mapping[int, np.ndarray]) -> np.ndarray:
-    """(n, 2): ``said_later`` and ``said_earlier`` (module docstring) for each row."""
-    n = len(rows)
-    out = np.zeros((n, 2))
-    have = [i for i, r in enumerate(rows) if vectors.get(r["seq"]) is not None]
-    if len(have) < 2:
-        return out
-    v = np.array([vectors[rows[i]["seq"]] for i in have], dtype=np.float64)
-    v /= np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-    sim = np.einsum("ik,jk->ij", v, v)  # not v @ v.T: OpenBLAS threads cost ms on a busy machine
-    when = np.array([_when(rows[i]).timestamp() for i in have])
-    session = [rows[i].get("session_id") for i in have]
-    other = np.array([[a != b for b in session] for a in session])
-    value = np.where(other & (sim >= SAME_SUBJECT), sim * np.array([rel[i] for i in have])[None, :], 0.0)
-    later = when[None, :] > when[:, None]
-    earlier = when[None, :] < when[:, None]
-    out[have, 0] = np.where(later, value, 0.0).max(axis=1)
-    out[have, 1] = np.where(earlier, value, 0.0).max(axis=1)
     return out

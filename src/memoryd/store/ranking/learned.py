@@ -16,7 +16,7 @@ keeps them (0.898) and the recall.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -53,11 +53,11 @@ def applies(rows: Sequence[dict[str, Any]]) -> bool:
 
 
 def scores(query: str, rows: Sequence[dict[str, Any]], windows: Sequence[TimeWindow] = (),
-           model: Model | None = None, vectors: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
+           model: Model | None = None) -> np.ndarray:
     """The model's score for each row of the pool (higher ranks first; comparable within one
-    pool only). ``vectors``: the rows' stored vectors by seq (features.py ``said_later``)."""
+    pool only)."""
     m = model or load()
-    return np.asarray(features(query, rows, windows, vectors) @ m.weights + m.intercept)
+    return np.asarray(features(query, rows, windows) @ m.weights + m.intercept)
 
 
 def guarded(fused_order: Sequence[int], learned_order: Sequence[int], session_of: Sequence[Any],
@@ -78,14 +78,12 @@ def guarded(fused_order: Sequence[int], learned_order: Sequence[int], session_of
 
 
 def order(query: str, rows: Sequence[dict[str, Any]], k: int, windows: Sequence[TimeWindow] = (),
-          explain: bool = False, model: Model | None = None,
-          vectors: Mapping[int, np.ndarray] | None = None) -> list[dict[str, Any]]:
+          explain: bool = False, model: Model | None = None) -> list[dict[str, Any]]:
     """The pool (fused order, best first) in the learned order with the session guard; each
-    row's ``score`` becomes its learned score. A pool without turns comes back unchanged.
-    ``vectors``: the rows' stored vectors by seq (without them the two vector features are 0)."""
+    row's ``score`` becomes its learned score. A pool without turns comes back unchanged."""
     if len(rows) < 2 or not applies(rows):
         return list(rows)
-    s = scores(query, rows, windows, model, vectors)
+    s = scores(query, rows, windows, model)
     learned = [int(i) for i in np.argsort(-s, kind="stable")]
     final = guarded(range(len(rows)), learned, [r.get("session_id") for r in rows], k)
     out = []

@@ -89,21 +89,6 @@ def erase(conn: Connection, seqs: Sequence[int]) -> int:
     return found
 
 
-#: The vec0 rows of a JSON array of seqs, each looked up by its key (json_each the outer loop).
-STORED_SQL = ("SELECT v.memory_seq, v.embedding FROM json_each(?) AS w CROSS JOIN memory_vec AS v "
-              "ON v.memory_seq = w.value")
-
-
-def stored(conn: Connection, seqs: Sequence[int]) -> dict[int, np.ndarray]:
-    """The stored vectors of those of ``seqs`` that have one (store/vectors.py ``stored``)."""
-    cur = conn.connection.cursor()
-    try:
-        cur.execute(STORED_SQL, (json.dumps([int(s) for s in seqs]),))
-        return {int(seq): np.frombuffer(blob, dtype="<f4") for seq, blob in cur.fetchall()}
-    finally:
-        cur.close()
-
-
 def knn(conn: Connection, query: np.ndarray, *, k: int, scope_keys: Sequence[str],
         statuses: Sequence[str], kind: str | None) -> list[tuple[int, float]]:
     """vec0 KNN: each visible ``scope:owner`` key is searched in its own bucket with its
