@@ -60,6 +60,17 @@ def _daemon(root: Path, label: str, url: str, embedder: str = "none") -> Daemon:
     return d
 
 
+def _cpu_s(daemons: list[Daemon]) -> float:
+    """CPU seconds (user + system) the daemons' processes have used so far."""
+    import psutil
+
+    total = 0.0
+    for d in daemons:
+        t = psutil.Process(d.pid).cpu_times()
+        total += t.user + t.system
+    return total
+
+
 def _write_loop(daemons: list[Daemon], window_s: float) -> tuple[int, list[float]]:
     lat: list[list[float]] = [[] for _ in range(CLIENTS)]
     stop_at = time.monotonic() + window_s
@@ -123,6 +134,7 @@ def part_writes(root: Path, server: PgServer, window_s: float, watch: bool = Fal
         with server.database("w") as url:
             daemons = [_daemon(root, f"w{count}-{i}", url) for i in range(count)]
             try:
+                cpu0 = _cpu_s(daemons)
                 if watch:
                     reset_statements(server)
                     with Sampler(server) as sampler:
@@ -130,15 +142,17 @@ def part_writes(root: Path, server: PgServer, window_s: float, watch: bool = Fal
                     print_watch(f"{count} daemon(s)", sampler, top_statements(server, "w_"))
                 else:
                     n, lat = _write_loop(daemons, window_s)
+                cpu_ms = (_cpu_s(daemons) - cpu0) * 1000.0 / max(1, n)
             finally:
                 for d in daemons:
                     d.stop()
         rows.append({"what": f"memory.write, {CLIENTS} clients", "daemons": count, "writes": n,
-                     "per_s": n / window_s, **latency_summary(lat)})
-    print_table(f"writes ({window_s:.0f} s windows)",
-                ["what", "daemons", "writes", "writes/s", "p50 ms", "p99 ms", "x raw"],
+                     "per_s": n / window_s, "daemon_cpu_ms": cpu_ms, **latency_summary(lat)})
+    print_table(f"writes ({window_s:.0f} s windows; daemon CPU: the daemons' processes, user + system, "
+                "per write)",
+                ["what", "daemons", "writes", "writes/s", "p50 ms", "p99 ms", "x raw", "daemon CPU ms"],
                 [[r["what"], r["daemons"], r["writes"], r["per_s"], r["p50_ms"], r["p99_ms"],
-                  r["per_s"] / rows[0]["per_s"]] for r in rows])
+                  r["per_s"] / rows[0]["per_s"], r.get("daemon_cpu_ms", float("nan"))] for r in rows])
     return rows
 
 
@@ -162,19 +176,24 @@ def part_write_many(root: Path, server: PgServer, window_s: float, items: int = 
 
         try:
             threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+            cpu0 = _cpu_s([daemon])
             started = time.perf_counter()
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
             took = time.perf_counter() - started
+            cpu_s = _cpu_s([daemon]) - cpu0
         finally:
             daemon.stop()
     flat = [x for part in lat for x in part]
-    out = {"items": items, "calls": len(flat), "memories": len(flat) * items,
-           "per_s": len(flat) * items / took, **latency_summary(flat)}
+    memories = len(flat) * items
+    out = {"items": items, "calls": len(flat), "memories": memories,
+           "per_s": memories / took, "daemon_cpu_ms": cpu_s * 1000.0 / max(1, memories),
+           **latency_summary(flat)}
     print(f"\nwrite_many of {items}, {CLIENTS} clients, 1 daemon: {out['per_s']:,.0f} memories/s "
-          f"({out['calls']} calls, p50 {out['p50_ms']:.1f} ms, p99 {out['p99_ms']:.1f} ms a call)")
+          f"({out['calls']} calls, p50 {out['p50_ms']:.1f} ms, p99 {out['p99_ms']:.1f} ms a call; "
+          f"daemon CPU {out['daemon_cpu_ms']:.3f} ms a memory)")
     return out
 
 

@@ -67,13 +67,16 @@ def _keyed(conn: Any, owner: str) -> str:
 
 def test_a_bug_in_the_fast_path_rolls_it_back_and_each_unit_takes_the_per_write_path(
         pg_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(conn: Any, bumps: Any) -> None:
-        raise RuntimeError("a bug after the rows were inserted")
+    real = groupwrite._write
 
-    monkeypatch.setattr(groupwrite, "_corroborate", broken)
+    def broken(*args: Any) -> None:
+        real(*args)  # the group's statement is sent ...
+        raise RuntimeError("a bug after the rows were inserted")  # ... then the fast path fails
+
+    monkeypatch.setattr(groupwrite, "_write", broken)
     out = commit_units(pg_engine, _units([["alpha", "beta"], ["gamma"]]), CTX, NOW)
     assert [len(o) for o in out] == [2, 1]
-    # The fast path's inserts were rolled back to its savepoint: each row once, from the slow path.
+    # The fast path's transaction was rolled back: each row once, from the slow path.
     assert _count(pg_engine, "SELECT count(*) FROM memories") == 3
     assert _count(pg_engine, "SELECT max(corroboration) FROM memories") == 1  # none seen twice
     assert _count(pg_engine, "SELECT count(*) FROM audit_events WHERE action = 'memory.write'") == 3
@@ -187,3 +190,80 @@ def test_a_read_only_transaction_reads_one_snapshot(pg_engine: Engine) -> None:
         assert conn.execute(text(count)).scalar_one() == before
         assert audit.check(conn).ok
     assert _count(pg_engine, count) == before + 1
+
+
+ODD = 'quotes " and \\ backslash, a newline\n, a tab\t, \u2028, é, 😀, {"json": [1]} and $1 %s'
+
+
+def test_a_group_is_read_in_one_query_and_written_in_one_statement(
+        pg_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the driver is sent for a plain group: the identity locks, one query for the
+    tombstones, the stored rows and the audit lane, one statement for every write, COMMIT;
+    however many rows, events and jobs (an executemany per table sent one statement per row)."""
+    import psycopg
+
+    commit_units(pg_engine, _units([["stored before"]]), CTX, NOW)
+    sent: list[str] = []
+    real_execute, real_many = psycopg.Cursor.execute, psycopg.Cursor.executemany
+
+    def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query).split()[0] + " " + str(query)[:60])
+        return real_execute(self, query, *args, **kwargs)
+
+    def executemany(self: Any, query: Any, params: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.extend("MANY " + str(query)[:60] for _ in params)
+        return real_many(self, query, params, *args, **kwargs)
+
+    with pg_engine.connect() as kept:  # as the daemon's writer: a kept connection, NOTIFY deferred
+        backend_for(kept).defer_notify(kept)
+        commit_units(kept, _units([["warm"]]), CTX, NOW)  # the store's secret read and kept
+        monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+        monkeypatch.setattr(psycopg.Cursor, "executemany", executemany)
+        out = commit_units(kept, _units([["new one", "new two"], ["stored before"], ["new one"]]), CTX, NOW)
+        monkeypatch.undo()
+    assert all(not isinstance(o, Exception) for o in out), out
+    kinds = [s.split()[0] for s in sent]
+    assert kinds == ["SELECT", "WITH", "WITH", "COMMIT"], sent
+    assert "pg_advisory_xact_lock" in sent[0]
+    assert "json_to_recordset" in sent[1] and "INSERT INTO memories" in sent[2]
+
+
+def test_a_group_keeps_every_value_order_and_count(pg_engine: Engine) -> None:
+    """The rows, events and jobs a group writes through its JSON documents: text of every
+    kind byte for byte, NULLs, metadata, corroborations of rows new in the group and of rows
+    stored before, events in chain order, jobs in row then pass order."""
+    [stored] = commit_units(pg_engine, _units([["stored before"]]), CTX, NOW)
+    items = [build_memory(ODD, owner="a1", metadata={"odd": ODD, "n": [1, 2.5, None, True]}),
+             build_memory("plain", owner="a1", valid_to="2027-01-01T00:00:00.000000Z")]
+    items[1].derived, items[1].status = True, "candidate"
+    units = [WriteUnit(items, actor="w1"), WriteUnit([build_memory("stored before", owner="a1")], actor="w2"),
+             WriteUnit([build_memory(ODD, owner="a1")], actor="w3"),
+             WriteUnit([build_memory(ODD, owner="a1")], actor="w4")]
+    out = commit_units(pg_engine, units, CTX, NOW)
+    odd_id, plain_id = out[0][0]["id"], out[0][1]["id"]
+    assert out[1][0]["duplicate_of"] == stored[0]["id"]
+    assert out[2][0]["duplicate_of"] == odd_id and out[3][0]["duplicate_of"] == odd_id
+    with pg_engine.connect() as conn:
+        rows = {r.id: r for r in conn.execute(text(
+            "SELECT id, content, metadata, derived, status, valid_to, corroboration, occurred_at "
+            "FROM memories"))}
+        events = conn.execute(text("SELECT action, memory_id, actor FROM audit_events ORDER BY seq")).all()
+        queued = conn.execute(text('SELECT "pass", target, state, max_attempts FROM jobs ORDER BY id')).all()
+    odd = rows[odd_id]
+    assert (odd.content, odd.metadata, odd.derived, odd.status, odd.valid_to, odd.occurred_at) == (
+        ODD, {"odd": ODD, "n": [1, 2.5, None, True]}, False, "active", None, None)
+    assert odd.corroboration == 3  # written once, then twice again in the same group
+    assert rows[stored[0]["id"]].corroboration == 2  # stored before, corroborated once
+    plain = rows[plain_id]
+    assert (plain.derived, plain.status, plain.valid_to, plain.corroboration) == (
+        True, "candidate", "2027-01-01T00:00:00.000000Z", 1)
+    assert [tuple(e) for e in events[1:]] == [
+        ("memory.write", odd_id, "w1"), ("memory.derive", plain_id, "w1"),
+        ("memory.corroborate", stored[0]["id"], "w2"), ("memory.corroborate", odd_id, "w3"),
+        ("memory.corroborate", odd_id, "w4")]
+    assert [tuple(j) for j in queued[2:]] == [
+        ("embed", odd_id, "ready", 5), ("extract", odd_id, "ready", 5),
+        ("embed", plain_id, "ready", 5), ("extract", plain_id, "ready", 5)]
+    with read_only(pg_engine) as conn:
+        verdict = audit.check(conn)
+    assert verdict.ok and verdict.events == 6

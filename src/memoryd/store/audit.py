@@ -124,6 +124,7 @@ class Append:
     """Events chained onto a lane and not yet inserted (:func:`plan_append`)."""
 
     lane: int
+    #: The events' rows, ``detail`` still a dict (dumped as the rows are inserted).
     rows: list[dict[str, Any]]
     #: The lane's event count and head hash once these rows are in.
     count: int
@@ -143,8 +144,7 @@ def plan_append(conn: Connection, events: Sequence[Event], lane: LanePick | None
     for ev in events:
         digest_ = digest(prev, ev.at, ev.actor, ev.action, ev.memory_id, ev.detail)
         rows.append({"lane": number, "at": ev.at, "actor": ev.actor, "action": ev.action,
-                     "memory_id": ev.memory_id, "detail": json.dumps(ev.detail), "prev_hash": prev,
-                     "hash": digest_})
+                     "memory_id": ev.memory_id, "detail": ev.detail, "prev_hash": prev, "hash": digest_})
         prev = digest_
     after = count + len(rows)
     if events and after // ANCHOR_EVERY != count // ANCHOR_EVERY:
@@ -152,8 +152,7 @@ def plan_append(conn: Connection, events: Sequence[Event], lane: LanePick | None
         if anchor is not None:
             digest_ = digest(prev, anchor.at, anchor.actor, anchor.action, None, anchor.detail)
             rows.append({"lane": number, "at": anchor.at, "actor": anchor.actor, "action": anchor.action,
-                         "memory_id": None, "detail": json.dumps(anchor.detail), "prev_hash": prev,
-                         "hash": digest_})
+                         "memory_id": None, "detail": anchor.detail, "prev_hash": prev, "hash": digest_})
             prev = digest_
             after += 1
     return Append(number, rows, after, prev)
@@ -162,7 +161,8 @@ def plan_append(conn: Connection, events: Sequence[Event], lane: LanePick | None
 def write_append(conn: Connection, plan: Append) -> str:
     """Insert a planned append's events and move its lane's head; return the last hash."""
     if plan.rows:
-        insert_rows(conn, audit_events, _EVENT_COLUMNS, plan.rows)
+        insert_rows(conn, audit_events, EVENT_COLUMNS,
+                    [{**r, "detail": json.dumps(r["detail"])} for r in plan.rows])
         move = prepare(conn, "audit-lane-move", lambda: update(audit_lanes)
                        .where(audit_lanes.c.lane == bindparam("l"))
                        .values(n=bindparam("n"), hash=bindparam("h")))
@@ -170,15 +170,34 @@ def write_append(conn: Connection, plan: Append) -> str:
     return plan.head
 
 
-_EVENT_COLUMNS = ("lane", "at", "actor", "action", "memory_id", "detail", "prev_hash", "hash")
+#: The columns of an event row (:class:`Append` ``rows``).
+EVENT_COLUMNS = ("lane", "at", "actor", "action", "memory_id", "detail", "prev_hash", "hash")
 
 
 @dataclass
 class LanePick:
-    """A lane pick sent and not yet read (:func:`pick_lane`)."""
+    """A lane pick sent and not yet read (:func:`pick_lane`), or read by another query
+    (:func:`picked`)."""
 
-    stmt: Prepared
+    stmt: Prepared | None
     cursor: Any
+    #: The pick's rows (lane, n, hash), when another query read them.
+    rows: list[Any] | None = None
+
+
+def picked(rows: list[Any]) -> LanePick:
+    """A pick whose rows (lane, n, hash) another query read, such as store/groupwrite.py's one
+    query for a group's reads, with :func:`first_free_sql` inside."""
+    return LanePick(None, None, rows)
+
+
+def first_free_sql(conn: Connection) -> str:
+    """The pick of the first lane no other transaction holds, as SQL with its values inlined,
+    to put inside another query (Backend.group_lookup)."""
+    backend = backend_for(conn)
+    return str(backend.lock_audit_lane(select(audit_lanes.c.lane, audit_lanes.c.n, audit_lanes.c.hash)
+                                       .order_by(audit_lanes.c.lane).limit(1))
+               .compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
 
 
 def _pick_stmt(conn: Connection) -> Prepared:
@@ -210,7 +229,13 @@ def _take_lane(conn: Connection, sent: LanePick | None) -> tuple[int, int, str]:
 
     The first lane nobody holds; when all are held, a new one. On SQLite (one
     writer) lane 0, read by its key (its lowest lane when it has no lane 0)."""
-    rows = collect(conn, sent.stmt, sent.cursor) if sent is not None else fetch(conn, _pick_stmt(conn), {})
+    if sent is None:
+        rows = fetch(conn, _pick_stmt(conn), {})
+    elif sent.rows is not None:
+        rows = sent.rows
+    else:
+        assert sent.stmt is not None
+        rows = collect(conn, sent.stmt, sent.cursor)
     if not rows and backend_for(conn).one_writer:
         # No lane 0 (a new store, or one copied from PostgreSQL without it): its lowest lane.
         rows = fetch(conn, _first_free_stmt(conn), {})

@@ -98,6 +98,28 @@ class Backend(ABC):
         it in-process, no round trip per row)."""
         return None
 
+    #: Whether a plain group (store/groupwrite.py) is read in one statement
+    #: (:meth:`group_lookup`) and written in one (:meth:`group_insert`). Where it is not
+    #: (SQLite, which runs statements in-process: no round trip nor per-statement client
+    #: work to save), it takes a query per table and an executemany per table.
+    group_statements = False
+
+    def group_lookup(self, lane_pick: str) -> Any:
+        """One query for a plain group's reads, the identities bound as one JSON document
+        ``k`` (``[{"s": scope, "o": owner, "ko": the owner's keyed hash, "h": content hash}]``):
+        rows ``(part, scope, owner, content_hash, id, recorded_at, corroboration, status,
+        seq)`` where part 0 is a tombstone (its owner given back in the clear), part 1 a
+        stored row of an identity, and part 2 the audit lane ``lane_pick`` (SQL) returns, as
+        ``(2, NULL, NULL, NULL, NULL, hash, n, NULL, lane)``. Only with :attr:`group_statements`."""
+        raise NotImplementedError
+
+    def group_insert(self, memory_columns: Sequence[str], event_columns: Sequence[str]) -> Any:
+        """One statement that writes a plain group whole: its new rows (``memory_columns``),
+        the corroborations of rows stored before, its audit events (``event_columns``) and
+        their lane's head, and its jobs, each set bound as one JSON document
+        (store/postgres/bulk.py names the parameters). Only with :attr:`group_statements`."""
+        raise NotImplementedError
+
     def identity_lookup(self, table: Table, extra: Sequence[str]) -> Any:
         """A query for the rows of ``table`` whose (scope, owner, content_hash) is among the
         arrays bound as ``s``, ``o`` and ``h``, returning those three then ``extra``; None

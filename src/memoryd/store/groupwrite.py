@@ -38,7 +38,7 @@ from memoryd.store.memories import (
     tombstoned_error,
     write_event,
 )
-from memoryd.store.prepared import Prepared, collect, prepare, run_many, submit
+from memoryd.store.prepared import Prepared, collect, fetch, prepare, run, run_many, submit
 from memoryd.store.rows import insert_rows
 from memoryd.store.schema import LIVE_STATUSES, memories, tombstones
 
@@ -111,6 +111,27 @@ def _lookup(conn: Connection, table: Table, extra: tuple[str, ...],
     return _collect(conn, _submit_lookup(conn, table, extra, keys))
 
 
+def _read_group(conn: Connection, wanted: set[Identity], secret: bytes
+                ) -> tuple[set[Identity], list[Any], audit.LanePick]:
+    """A group's reads in one query (Backend.group_lookup): the tombstoned identities, the
+    stored rows of each identity (as :func:`_oldest_live` reads them) and the audit lane."""
+    backend = backend_for(conn)
+    stmt = prepare(conn, ("group-lookup", backend.name),
+                   lambda: backend.group_lookup(audit.first_free_sql(conn)))
+    doc = _dumps([{"s": s, "o": o, "ko": keyed.keyed_with(secret, o), "h": h} for s, o, h in wanted])
+    dead: set[Identity] = set()
+    found: list[Any] = []
+    lane: list[Any] = []
+    for part, scope, owner, chash, *rest in fetch(conn, stmt, {"k": doc}, replan=True):
+        if part == 0:
+            dead.add((scope, owner, chash))
+        elif part == 1:
+            found.append((scope, owner, chash, *rest))
+        else:
+            lane.append((rest[4], rest[2], rest[1]))  # (lane, n, hash)
+    return dead, found, audit.picked(lane)
+
+
 def _keyed(key: bytes, keys: set[Identity]) -> dict[Identity, Identity]:
     """Each identity as tombstones hold it (the owner's keyed hash under ``key``) -> the identity."""
     return {(scope, keyed.keyed_with(key, owner), chash): (scope, owner, chash)
@@ -166,8 +187,12 @@ _NEW_ROW_COLUMNS = ("id", "content", "content_hash", "loose_hash", "kind", "scop
                     "metadata")
 
 
+#: A new row's columns as the group writes it: it carries its corroborations from the group.
+_GROUP_ROW_COLUMNS = (*_NEW_ROW_COLUMNS, "corroboration")
+
+
 def _insert_rows(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    insert_rows(conn, memories, _NEW_ROW_COLUMNS,
+    insert_rows(conn, memories, _GROUP_ROW_COLUMNS,
                 [{**r, "metadata": json.dumps(r["metadata"])} for r in rows])
 
 
@@ -175,6 +200,37 @@ def _corroborate(conn: Connection, bumps: Counter[str]) -> None:
     stmt = prepare(conn, "corroborate", lambda: update(memories).where(memories.c.id == bindparam("mid"))
                    .values(corroboration=memories.c.corroboration + bindparam("n")))
     run_many(conn, stmt, [{"mid": mid, "n": n} for mid, n in bumps.items()])
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _write(conn: Connection, rows: list[dict[str, Any]], bumps: Counter[str], append: audit.Append | None,
+           jobs: list[tuple[str, str]], now: float, max_attempts: int) -> None:
+    """The group's writes: new rows, corroborations of stored rows, audit events and their
+    lane's head, jobs. One statement where the backend has one (PostgreSQL), else a few
+    executemany calls."""
+    backend = backend_for(conn)
+    if not backend.group_statements:
+        _insert_rows(conn, rows)
+        _corroborate(conn, bumps)
+        if append is not None:
+            audit.write_append(conn, append)
+        jobq.enqueue_many(conn, jobs, now=now, max_attempts=max_attempts)
+        return
+    stmt = prepare(conn, ("group-insert", backend.name),
+                   lambda: backend.group_insert(_GROUP_ROW_COLUMNS, audit.EVENT_COLUMNS))
+    events = append.rows if append is not None else []
+    run(conn, stmt, {
+        "m": _dumps(rows), "e": _dumps(events),
+        "lane": append.lane if append is not None else None,
+        "n": append.count if append is not None else None,
+        "h": append.head if append is not None else None,
+        "c": _dumps([{"id": mid, "n": n} for mid, n in bumps.items()]),
+        "j": _dumps([{"p": p, "t": t} for p, t in jobs]), "now": now, "max_attempts": max_attempts})
+    if jobs:
+        backend.notify_jobs(conn)
 
 
 def write_plain(conn: Connection, units: Sequence[tuple[Sequence[NewMemory], str]], now: datetime,
@@ -189,19 +245,23 @@ def write_plain(conn: Connection, units: Sequence[tuple[Sequence[NewMemory], str
     """
     keys = [[identity(item) for item in items] for items, _ in units]
     wanted = {k for unit_keys in keys for k in unit_keys}
-    # Both reads and the audit lane's pick are sent before any answer is read: in
-    # PostgreSQL's pipeline mode (commit_units) they share one round trip.
     secret = keyed.secret(conn) if secret is None else secret
-    by_keyed = _keyed(secret, wanted)
-    sent_dead = _submit_lookup(conn, tombstones, (), sorted(by_keyed))
-    sent_live = _submit_lookup(conn, memories, _LIVE_EXTRA, sorted(wanted))
-    lane = audit.pick_lane(conn)
-    dead = {by_keyed[(r[0], r[1], r[2])] for r in _collect(conn, sent_dead)}
-    live = {k: v for k, v in _oldest_live(_collect(conn, sent_live)).items() if k not in dead}
+    if backend_for(conn).group_statements:
+        dead, found, lane = _read_group(conn, wanted, secret)
+    else:
+        # Both reads and the audit lane's pick are sent before any answer is read.
+        by_keyed = _keyed(secret, wanted)
+        sent_dead = _submit_lookup(conn, tombstones, (), sorted(by_keyed))
+        sent_live = _submit_lookup(conn, memories, _LIVE_EXTRA, sorted(wanted))
+        lane = audit.pick_lane(conn)
+        dead = {by_keyed[(r[0], r[1], r[2])] for r in _collect(conn, sent_dead)}
+        found = _collect(conn, sent_live)
+    live = {k: v for k, v in _oldest_live(found).items() if k not in dead}
     at = to_rfc3339(now)
     rows: list[dict[str, Any]] = []
     events: list[audit.Event] = []
     bumps: Counter[str] = Counter()
+    fresh: dict[str, _Live] = {}
     outcomes: list[list[dict[str, Any]] | MemorydError] = []
     for (items, actor), unit_keys in zip(units, keys, strict=True):
         if any(k in dead for k in unit_keys):
@@ -220,15 +280,15 @@ def write_plain(conn: Connection, units: Sequence[tuple[Sequence[NewMemory], str
             values = new_row(item, key[2], now)
             rows.append(values)
             events.append(write_event(values, actor, secret))
-            live[key] = _Live(values["id"], values["recorded_at"], 1)
+            live[key] = fresh[values["id"]] = _Live(values["id"], values["recorded_at"], 1)
             results.append(new_result(values, list(ctx.passes)))
         outcomes.append(results)
+    # A row new in this group is inserted with the corroborations the group gave it.
+    for values in rows:
+        values["corroboration"] = fresh[values["id"]].corroboration
+        bumps.pop(values["id"], None)
     # Every read comes before the first insert (audit.plan_append says why).
     append = audit.plan_append(conn, events, lane) if events else None
-    _insert_rows(conn, rows)
-    _corroborate(conn, bumps)
-    if append is not None:
-        audit.write_append(conn, append)
-    jobq.enqueue_many(conn, [(p, r["id"]) for r in rows for p in ctx.passes], now=now.timestamp(),
-                      max_attempts=ctx.max_attempts)
+    _write(conn, rows, bumps, append, [(p, r["id"]) for r in rows for p in ctx.passes],
+           now.timestamp(), ctx.max_attempts)
     return outcomes

@@ -70,11 +70,15 @@ def prepare(conn: Connection, key: Hashable, build: Callable[[], ClauseElement])
     return found
 
 
-def fetch(conn: Connection, stmt: Prepared, params: Mapping[str, Any]) -> list[Any]:
-    """Run a query on the driver's cursor and return its rows (tuples)."""
-    cur = conn.connection.cursor()
+def fetch(conn: Connection, stmt: Prepared, params: Mapping[str, Any], *, replan: bool = False) -> list[Any]:
+    """Run a query on the driver's cursor and return its rows (tuples); ``replan`` as for
+    :func:`submit`."""
+    cur: Any = conn.connection.cursor()
     try:
-        cur.execute(stmt.sql, stmt.bind(params))
+        if replan and conn.dialect.name == "postgresql":
+            cur.execute(stmt.sql, stmt.bind(params), prepare=False)
+        else:
+            cur.execute(stmt.sql, stmt.bind(params))
         return list(cur.fetchall())
     except conn.dialect.loaded_dbapi.Error as exc:
         raise _sqlalchemy_error(conn, stmt, exc) from exc

@@ -95,28 +95,42 @@ def commit_units(bind: Engine | Connection, units: Sequence[WriteUnit], ctx: Wri
     Returns only after the commit (or raises nothing: a store failure becomes
     a StoreUnavailable outcome for every unit, since nothing was written).
     On PostgreSQL the plain group's statements go in pipeline mode: the
-    identity locks, both reads and the audit lane's pick in one round trip,
-    every insert in a second, then COMMIT.
+    identity locks and the group's reads (one query) in one round trip, its
+    writes (one statement) and COMMIT in a second.
+
+    The plain group runs in no savepoint of its own (two statements a batch, ~12 % of a
+    one-write batch's client CPU on PostgreSQL): a bug its input reaches rolls the whole
+    transaction back, and every unit is written again on the per-unit path in a new one.
     """
+    try:
+        return _commit_units(bind, units, ctx, now, access, fast=True)
+    except _FastPathFailed:
+        return _commit_units(bind, units, ctx, now, access, fast=False)
+
+
+class _FastPathFailed(Exception):
+    """The plain group raised something other than a store error: roll its transaction back."""
+
+
+def _commit_units(bind: Engine | Connection, units: Sequence[WriteUnit], ctx: WriteContext, now: datetime,
+                  access: dict[str, int] | None, *, fast: bool) -> list[UnitOutcome]:
     outcomes: list[UnitOutcome] = [None] * len(units)
-    plain = [i for i, u in enumerate(units) if u.op is None and is_plain(u.items)]
+    plain = [i for i, u in enumerate(units) if u.op is None and is_plain(u.items)] if fast else []
     try:
         with _transaction(bind) as conn:
             backend = backend_for(conn)
-            taken: set[int] = set()
             if plain:
                 secret = keyed.secret(conn)  # made through SQLAlchemy on a new store: before the pipeline
                 with backend.pipeline(conn):
                     backend.lock_identities(conn, _identities(units))
                     done = _plain_group(conn, [units[i] for i in plain], now, ctx, secret)
-                    if done is not None and len(plain) == len(units) and not access:
+                    if len(plain) == len(units) and not access:
                         backend.commit_in_pipeline(conn)  # nothing else to write: commit now
-                if done is not None:
-                    for i, outcome in zip(plain, done, strict=True):
-                        outcomes[i] = outcome
-                    taken = set(plain)
+                for i, outcome in zip(plain, done, strict=True):
+                    outcomes[i] = outcome
             else:
                 backend.lock_identities(conn, _identities(units))
+            taken = set(plain)
             for i, unit in enumerate(units):
                 if i not in taken:
                     outcomes[i] = _commit_one(conn, unit, now, ctx)
@@ -151,18 +165,17 @@ def _identities(units: Sequence[WriteUnit]) -> Iterator[str]:
 
 
 def _plain_group(conn: Connection, units: Sequence[WriteUnit], now: datetime,
-                 ctx: WriteContext, secret: bytes) -> list[UnitOutcome] | None:
-    """The group fast path in a savepoint; None when it raised something other than a
-    store error (a bug one unit's input reached), so each unit goes on the per-write
-    path and only the unit at fault is refused."""
+                 ctx: WriteContext, secret: bytes) -> list[UnitOutcome]:
+    """The group fast path. Raises _FastPathFailed when it raised something other than a
+    store error (a bug one unit's input reached): the transaction is rolled back and each
+    unit goes on the per-write path, where only the unit at fault is refused."""
     try:
-        with backend_for(conn).savepoint(conn):
-            return write_plain(conn, [(u.items, u.actor) for u in units], now, ctx, secret)
+        return write_plain(conn, [(u.items, u.actor) for u in units], now, ctx, secret)
     except DBAPIError:
         raise
     except Exception as exc:
         log.error("store.group_write_failed", units=len(units), error=failures.describe(exc))
-        return None
+        raise _FastPathFailed from exc
 
 
 def _commit_one(conn: Connection, unit: WriteUnit, now: datetime, ctx: WriteContext) -> UnitOutcome:
