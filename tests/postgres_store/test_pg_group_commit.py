@@ -207,11 +207,11 @@ def test_a_group_is_read_in_one_query_and_written_in_one_statement(
     real_execute, real_many = psycopg.Cursor.execute, psycopg.Cursor.executemany
 
     def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(str(query).split()[0] + " " + str(query)[:60])
+        sent.append(str(query))
         return real_execute(self, query, *args, **kwargs)
 
     def executemany(self: Any, query: Any, params: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.extend("MANY " + str(query)[:60] for _ in params)
+        sent.extend("MANY " + str(query) for _ in params)
         return real_many(self, query, params, *args, **kwargs)
 
     with pg_engine.connect() as kept:  # as the daemon's writer: a kept connection, NOTIFY deferred
@@ -225,7 +225,7 @@ def test_a_group_is_read_in_one_query_and_written_in_one_statement(
     kinds = [s.split()[0] for s in sent]
     assert kinds == ["SELECT", "WITH", "WITH", "COMMIT"], sent
     assert "pg_advisory_xact_lock" in sent[0]
-    assert "json_to_recordset" in sent[1] and "INSERT INTO memories" in sent[2]
+    assert "audit_lanes" in sent[1] and "INSERT INTO memories" in sent[2]
 
 
 def test_a_group_keeps_every_value_order_and_count(pg_engine: Engine) -> None:
@@ -267,3 +267,4 @@ def test_a_group_keeps_every_value_order_and_count(pg_engine: Engine) -> None:
     with read_only(pg_engine) as conn:
         verdict = audit.check(conn)
     assert verdict.ok and verdict.events == 6
+

@@ -105,12 +105,17 @@ class Backend(ABC):
     group_statements = False
 
     def group_lookup(self, lane_pick: str) -> Any:
-        """One query for a plain group's reads, the identities bound as one JSON document
-        ``k`` (``[{"s": scope, "o": owner, "ko": the owner's keyed hash, "h": content hash}]``):
-        rows ``(part, scope, owner, content_hash, id, recorded_at, corroboration, status,
-        seq)`` where part 0 is a tombstone (its owner given back in the clear), part 1 a
-        stored row of an identity, and part 2 the audit lane ``lane_pick`` (SQL) returns, as
-        ``(2, NULL, NULL, NULL, NULL, hash, n, NULL, lane)``. Only with :attr:`group_statements`."""
+        """One query for a plain group's reads, its identities bound by
+        :meth:`group_lookup_params`: rows ``(part, scope, owner, content_hash, id,
+        recorded_at, corroboration, status, seq)`` where part 0 is a tombstone (its owner
+        given back in the clear), part 1 a stored row of an identity, and part 2 the audit
+        lane ``lane_pick`` (SQL) returns, as ``(2, NULL, NULL, NULL, NULL, hash, n, NULL,
+        lane)``. Only with :attr:`group_statements`."""
+        raise NotImplementedError
+
+    def group_lookup_params(self, identities: Sequence[tuple[str, str, str, str]]) -> dict[str, Any]:
+        """The parameters of :meth:`group_lookup` for (scope, owner, the owner's keyed hash,
+        content hash) identities."""
         raise NotImplementedError
 
     def group_insert(self, memory_columns: Sequence[str], event_columns: Sequence[str]) -> Any:

@@ -118,11 +118,11 @@ def _read_group(conn: Connection, wanted: set[Identity], secret: bytes
     backend = backend_for(conn)
     stmt = prepare(conn, ("group-lookup", backend.name),
                    lambda: backend.group_lookup(audit.first_free_sql(conn)))
-    doc = _dumps([{"s": s, "o": o, "ko": keyed.keyed_with(secret, o), "h": h} for s, o, h in wanted])
+    params = backend.group_lookup_params([(s, o, keyed.keyed_with(secret, o), h) for s, o, h in wanted])
     dead: set[Identity] = set()
     found: list[Any] = []
     lane: list[Any] = []
-    for part, scope, owner, chash, *rest in fetch(conn, stmt, {"k": doc}, replan=True):
+    for part, scope, owner, chash, *rest in fetch(conn, stmt, params, replan=True):
         if part == 0:
             dead.add((scope, owner, chash))
         elif part == 1:

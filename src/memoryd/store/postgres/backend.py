@@ -104,6 +104,10 @@ class PostgresBackend(Backend):
     def group_lookup(self, lane_pick: str) -> Any:
         return bulk.group_lookup(lane_pick)
 
+    def group_lookup_params(self, identities: Sequence[tuple[str, str, str, str]]) -> dict[str, Any]:
+        columns = list(zip(*identities, strict=True)) or [(), (), (), ()]
+        return {name: bulk.text_array(col) for name, col in zip(("s", "o", "ko", "h"), columns, strict=True)}
+
     def group_insert(self, memory_columns: Sequence[str], event_columns: Sequence[str]) -> Any:
         return bulk.group_insert(tuple(memory_columns), tuple(event_columns))
 
