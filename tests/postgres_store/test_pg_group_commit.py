@@ -268,3 +268,44 @@ def test_a_group_keeps_every_value_order_and_count(pg_engine: Engine) -> None:
         verdict = audit.check(conn)
     assert verdict.ok and verdict.events == 6
 
+
+def test_a_burst_of_writes_wakes_one_writer_of_three(pg_engine: Engine) -> None:
+    """Writes queued while every writer waits wake one writer, which commits them in one batch;
+    the other two sleep on (woken one per write, they woke to find the queue taken)."""
+    import asyncio
+    import time
+
+    from memoryd.service.committer import GroupCommitter
+
+    async def idle(committer: GroupCommitter) -> None:
+        deadline = time.monotonic() + 10
+        while committer._idle < 3:
+            assert time.monotonic() < deadline, "the writers never all waited"
+            await asyncio.sleep(0.01)
+
+    async def scenario() -> tuple[int, int]:
+        committer = GroupCommitter(pg_engine, CTX, max_queue=64, max_batch=512, clock=lambda: NOW,
+                                   on_commit=lambda: None, writers=3)
+        committer.start()
+        await idle(committer)
+        waits = 0
+        real_wait = committer._cond.wait
+
+        def counting(timeout: float | None = None) -> bool:
+            nonlocal waits
+            waits += 1
+            return real_wait(timeout)
+
+        committer._cond.wait = counting  # type: ignore[method-assign]
+        with committer._cond:  # the whole burst is queued before any writer can take it
+            futures = [committer.submit(u) for u in _units([[f"burst {i}"] for i in range(6)])]
+        outcomes = await asyncio.gather(*futures)
+        assert all(len(o) == 1 for o in outcomes)
+        await idle(committer)
+        seen = waits
+        await committer.drain()
+        return committer.batches, seen
+
+    batches, waits = asyncio.run(scenario())
+    assert batches == 1
+    assert waits == 1  # the one writer woken, back to waiting; one per write woke all three

@@ -81,6 +81,13 @@ class GroupCommitter:
         self._access: dict[str, int] = {}
         self._access_due: float | None = None  # when gathered read counts commit alone (monotonic)
         self._stop = False
+        #: Writers waiting for work, and whether one was woken and has not yet taken the queue:
+        #: a write wakes a writer only when none is on its way already (that one takes every
+        #: write queued when it gets there). Waking one per write woke writers that found one
+        #: write each, or none: on PostgreSQL's three writers, batches of one or two writes,
+        #: each paying a transaction's fixed CPU, and three threads fighting for the GIL.
+        self._idle = 0
+        self._waking = False
         self._writers = [_Writer(i) for i in range(1 if is_sqlite(engine) else max(1, writers))]
         #: Sends other daemons the wake-up after a commit that enqueued jobs (PostgreSQL, once
         #: the daemon's listener runs); None: each transaction sends its own NOTIFY.
@@ -138,8 +145,14 @@ class GroupCommitter:
                     "Nothing was written."
                 )
             self._pending.append((unit, done))
-            self._cond.notify()
+            self._wake_one()
         self._unresolved += 1
+
+    def _wake_one(self) -> None:
+        """Wake a waiting writer unless one is on its way (call with ``_cond`` held)."""
+        if self._idle and not self._waking:
+            self._waking = True
+            self._cond.notify()
 
     def note_access(self, ids: list[str]) -> None:
         """Count reads of these memories; flushed with the next commit, never on the reader's path."""
@@ -193,13 +206,25 @@ class GroupCommitter:
             with self._cond:
                 while not self._pending and not self._stop:
                     if self._access_due is None:
-                        self._cond.wait()
+                        self._idle += 1
+                        try:
+                            self._cond.wait()
+                        finally:
+                            self._idle -= 1
                         continue
                     wait = self._access_due - time.monotonic()
                     if wait <= 0:
                         break  # the read counts gathered long enough: commit them alone
-                    self._cond.wait(wait)
+                    self._idle += 1
+                    try:
+                        self._cond.wait(wait)
+                    finally:
+                        self._idle -= 1
+                # Whoever was woken finds the queue taken (or takes it): the next write wakes again.
+                self._waking = False
                 batch = [self._pending.popleft() for _ in range(min(len(self._pending), self.max_batch))]
+                if self._pending:
+                    self._wake_one()  # more than a batch queued: another writer takes the rest
                 w.in_hand = batch
                 last = self._stop and not self._pending
                 access, self._access, self._access_due = self._access, {}, None
