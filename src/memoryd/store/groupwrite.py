@@ -277,7 +277,7 @@ def write_plain(conn: Connection, units: Sequence[tuple[Sequence[NewMemory], str
                 bumps[hit.id] += 1
                 results.append(duplicate_result(hit.id, hit.recorded_at))
                 continue
-            values = new_row(item, key[2], now)
+            values = new_row(item, key[2], now, at)
             rows.append(values)
             events.append(write_event(values, actor, secret))
             live[key] = fresh[values["id"]] = _Live(values["id"], values["recorded_at"], 1)

@@ -244,9 +244,10 @@ def kept_vector_passes(passes: Sequence[str], kind: str) -> list[str]:
     return [p for p in passes if p in EMBED_FOLLOW_UPS and (p != "classify" or kind == "auto")]
 
 
-def new_row(req: NewMemory, chash: str, now: datetime) -> dict[str, Any]:
-    """The memories row for a new write (a fresh id, stamped ``now``)."""
-    recorded_at = to_rfc3339(now)
+def new_row(req: NewMemory, chash: str, now: datetime, recorded_at: str | None = None) -> dict[str, Any]:
+    """The memories row for a new write (a fresh id, stamped ``now``; ``recorded_at``:
+    ``now`` already formatted, as a group formats it once for all its rows)."""
+    recorded_at = to_rfc3339(now) if recorded_at is None else recorded_at
     return {
         "id": new_memory_id(int(now.timestamp() * 1000)),
         "content": req.content,
