@@ -309,3 +309,20 @@ def test_a_burst_of_writes_wakes_one_writer_of_three(pg_engine: Engine) -> None:
     batches, waits = asyncio.run(scenario())
     assert batches == 1
     assert waits == 1  # the one writer woken, back to waiting; one per write woke all three
+
+
+@pytest.mark.parametrize("owner", ['a "quoted" \\ owner, {braced}', "NULL", "", " spaced ", "é,😀"])
+def test_an_owner_of_any_text_finds_its_duplicates_and_tombstones(pg_engine: Engine, owner: str) -> None:
+    """The group's lookup binds identities as array literals in text: an owner with quotes,
+    backslashes, commas, braces, the word NULL or nothing at all is matched as itself."""
+    [first] = commit_units(pg_engine, _units([["a note"], ["doomed"]], owner=owner)[:1], CTX, NOW)
+    [again] = commit_units(pg_engine, _units([["a note"]], owner=owner), CTX, NOW)
+    assert again[0]["duplicate_of"] == first[0]["id"]
+    [other] = commit_units(pg_engine, _units([["a note"]], owner=owner + "x"), CTX, NOW)
+    assert "duplicate_of" not in other[0]  # positive control: another owner's text is new
+    with pg_engine.begin() as conn:
+        conn.execute(text("INSERT INTO tombstones (scope, owner, content_hash, created_at) "
+                          "VALUES ('agent', :o, :h, '2026-01-01T00:00:00.000000Z')"),
+                     {"o": _keyed(conn, owner), "h": build_memory("doomed", owner=owner).hash})
+    out = commit_units(pg_engine, _units([["doomed"]], owner=owner), CTX, NOW)
+    assert isinstance(out[0], Tombstoned)
