@@ -8,7 +8,9 @@ fresh database per part:
   ``memory.write`` one at a time for WINDOW seconds: writes/s and the latency
   p50/p99 a client sees. Baseline: the same number of threads, each running a
   raw single-row ``INSERT … ; COMMIT`` loop (psycopg, autocommit) into a
-  one-table database on the same server.
+  one-table database on the same server. Also the daemons' CPU per write
+  (psutil, user + system, every thread) over the window; ``write_many`` the
+  same per memory.
 * **hybrid search**: N memories written by a daemon (``memory.write_many``),
   each given a random 384-d unit vector with the HNSW index built after the
   load; a daemon with the bundled embedder answers ``memory.search`` (hybrid)
