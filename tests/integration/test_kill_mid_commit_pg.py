@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import text
 
-from memoryd.service.client import Client, ClientError
+from memoryd.service.client import Client, ClientError, NotRunning
 from memoryd.store import audit
 from memoryd.store.engine import create_store_engine, read_only
 from memoryd.store.memories import content_hash, lock_name
@@ -36,7 +36,7 @@ def _writer(daemon: DaemonHandle, n: int, acked: list[tuple[str, str]], stop: th
             content = f"writer {n} note {i} before and during the kill"
             try:
                 result = client.call("memory.write", {"content": content, "agent_id": f"w{n}"})
-            except (OSError, ValueError, ClientError):  # the daemon was killed mid-request
+            except (OSError, ValueError, ClientError, NotRunning):  # killed mid-request, or between two
                 return
             with lock:
                 acked.append((result["id"], content))
