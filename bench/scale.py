@@ -11,6 +11,9 @@ fresh database per part:
   one-table database on the same server. Also the daemons' CPU per write
   (psutil, user + system, every thread) over the window; ``write_many`` the
   same per memory.
+* **store**: the store layer alone, ``commit_units`` in this process at 1, 2, 16
+  and 100 writes a commit: CPU and wall time a batch (no baseline: it splits the
+  daemon's CPU per write into the store's share and the rest).
 * **hybrid search**: N memories written by a daemon (``memory.write_many``),
   each given a random 384-d unit vector with the HNSW index built after the
   load; a daemon with the bundled embedder answers ``memory.search`` (hybrid)
@@ -199,6 +202,56 @@ def part_write_many(root: Path, server: PgServer, window_s: float, items: int = 
     return out
 
 
+def part_store(server: PgServer, sizes: tuple[int, ...] = (1, 2, 16, 100)) -> list[dict[str, Any]]:
+    """The store layer alone: ``commit_units`` in this process on one kept connection with
+    NOTIFY deferred (as the daemon's writer threads commit), batches of ``size`` one-memory
+    units; CPU (user + system) and wall time a batch."""
+    import os
+
+    from tests.unit.helpers import build_memory
+
+    from memoryd.clock import utcnow
+    from memoryd.store.backends import backend_for
+    from memoryd.store.engine import create_store_engine
+    from memoryd.store.migrate import upgrade
+    from memoryd.store.writes import WriteContext, WriteUnit, commit_units
+
+    rows = []
+    with server.database("st") as url:
+        engine = create_store_engine(url)
+        upgrade(engine)
+        ctx = WriteContext(actor="bench", passes=["embed", "extract"], max_attempts=5,
+                           idempotency_ttl_s=86400.0)
+        n = 0
+        try:
+            with engine.connect() as conn:
+                backend_for(conn).defer_notify(conn)
+                for size in sizes:
+                    batches = max(50, 3000 // size)
+                    for warm in (True, False):
+                        count = 30 if warm else batches
+                        units = [[WriteUnit([build_memory(f"note {n + b * size + i} on the store",
+                                                          owner=f"a{i % 6}")], f"a{i % 6}")
+                                  for i in range(size)] for b in range(count)]
+                        n += count * size
+                        c0, w0 = os.times(), time.perf_counter()
+                        for batch in units:
+                            out = commit_units(conn, batch, ctx, utcnow())
+                            assert not isinstance(out[0], Exception), out[0]
+                        c1, w1 = os.times(), time.perf_counter()
+                    cpu = (c1.user - c0.user + c1.system - c0.system) * 1000.0 / batches
+                    rows.append({"writes_per_commit": size, "batches": batches, "cpu_ms_per_batch": cpu,
+                                 "cpu_ms_per_write": cpu / size,
+                                 "wall_ms_per_batch": (w1 - w0) * 1000.0 / batches})
+        finally:
+            engine.dispose()
+    print_table("store layer alone (commit_units in process, one kept connection, NOTIFY deferred)",
+                ["writes/commit", "batches", "CPU ms/batch", "CPU ms/write", "wall ms/batch"],
+                [[r["writes_per_commit"], r["batches"], r["cpu_ms_per_batch"], r["cpu_ms_per_write"],
+                  r["wall_ms_per_batch"]] for r in rows], digits=3)
+    return rows
+
+
 def _load_vectors(url: str, rng: np.random.Generator) -> float:
     from sqlalchemy import text
 
@@ -380,7 +433,8 @@ def main() -> None:
                    help="memories for the search part (100,000; --quick 10,000)")
     p.add_argument("--window", type=float, default=None, help="seconds per write measurement (10; --quick 4)")
     p.add_argument("--drain", type=int, default=None, help="memories for the embed drain (600; --quick 200)")
-    p.add_argument("--parts", default="writes,write_many,search,drain")
+    p.add_argument("--parts", default="writes,write_many,store,search,drain",
+                   help="writes, write_many, store (the store layer in process), search, drain")
     p.add_argument("--daemons", default="1,2,3", help="daemon counts for the writes part")
     p.add_argument("--watch", action="store_true",
                    help="load pg_stat_statements and sample pg_stat_activity / pg_locks during the writes")
@@ -401,6 +455,8 @@ def main() -> None:
                                             tuple(int(c) for c in args.daemons.split(",")))
             if "write_many" in parts:
                 out["write_many"] = part_write_many(root, server, window)
+            if "store" in parts:
+                out["store"] = part_store(server)
             if "search" in parts:
                 out["search"] = {"n": n, "rows": part_search(root, server, n, 60 if args.quick else 100)}
             if "drain" in parts:
