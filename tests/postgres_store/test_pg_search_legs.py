@@ -17,6 +17,7 @@ from memoryd.store.schema import memories, memory_vectors
 from memoryd.store.scope import Reader
 from memoryd.store.writes import WriteUnit, commit_units
 from tests.unit.helpers import NOW, build_memory
+from tests.unit.search_pool import check_only_a_pool_of_turns_is_read_whole
 
 pytestmark = pytest.mark.postgres
 
@@ -188,3 +189,7 @@ def test_knn_falls_back_to_an_exact_scan_when_the_index_scan_stops_short(pg_engi
     query, mine = _crowded(pg_engine)
     exact = sorted(mine, key=lambda m: -float(mine[m] @ query))[:5]
     assert _knn_on_the_index(pg_engine, query, "hnsw.max_scan_tuples = 200") == exact
+
+
+def test_only_a_pool_of_turns_is_read_whole(pg_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    check_only_a_pool_of_turns_is_read_whole(pg_engine, monkeypatch)

@@ -282,9 +282,13 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
                 notices.append(f"{missing} matching memories are not embedded yet; "
                                "the vector leg could not see them")
 
+    ordered = False
     if use_vector and use_lexical:
         mode_used = "hybrid"
-        pool = len(lex_rows) + len(vec_rows) if learned_ranking else req.k
+        # The whole pool is read and ordered only when the learned ranking can order it (it
+        # holds a turn); any other pool keeps its fused order, so only its top k is read.
+        ordered = learned_ranking and learned.applies([*lex_rows, *vec_rows])
+        pool = len(lex_rows) + len(vec_rows) if ordered else req.k
         rows = fuse(lex_rows, vec_rows, max(pool, rerank_candidates), ref, req.explain, windows)
     elif use_vector:
         mode_used = "vector"
@@ -300,7 +304,7 @@ def run(conn: Connection, req: SearchRequest, now: datetime, query_vec: VectorSo
                 rows += _fill(rows, vector(conn, req, now_s, fill_vec, want)[0], req, "vector", notices)
     notices += time_notices(windows, applied=mode_used == "hybrid")
     results = hydrate(conn, rows)
-    if mode_used == "hybrid" and learned_ranking:
+    if mode_used == "hybrid" and ordered:
         results = learned.order(req.query, results, req.k, windows, req.explain)
     if mode_used == "hybrid" and rerank_candidates > 0:
         results = results[:max(req.k, rerank_candidates)]

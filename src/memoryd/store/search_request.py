@@ -33,10 +33,13 @@ get got let
 QUERY_STOPWORDS = STOPWORDS | frozenset(_QUESTION_WORDS.split())
 MAX_TERMS = 64
 
-#: What the legs fetch of each candidate: enough to rank and fuse. The rows that make
-#: the answer are read whole once, at the end (search.hydrate), not every candidate of both legs.
+#: What the legs fetch of each candidate: enough to rank and fuse, and to tell whether the
+#: learned ranking orders the pool (a conversation turn: its kind and session). The rows that
+#: make the answer are read whole once, at the end (search.hydrate), not every candidate of
+#: both legs.
 CANDIDATE = (memories.c.seq, memories.c.id, memories.c.scope, memories.c.owner,
-             memories.c.importance, memories.c.recorded_at, memories.c.occurred_at)
+             memories.c.importance, memories.c.recorded_at, memories.c.occurred_at,
+             memories.c.kind, memories.c.session_id)
 CANDIDATE_NAMES = tuple(c.name for c in CANDIDATE)
 
 
