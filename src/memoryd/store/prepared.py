@@ -73,17 +73,7 @@ def prepare(conn: Connection, key: Hashable, build: Callable[[], ClauseElement])
 def fetch(conn: Connection, stmt: Prepared, params: Mapping[str, Any], *, replan: bool = False) -> list[Any]:
     """Run a query on the driver's cursor and return its rows (tuples); ``replan`` as for
     :func:`submit`."""
-    cur: Any = conn.connection.cursor()
-    try:
-        if replan and conn.dialect.name == "postgresql":
-            cur.execute(stmt.sql, stmt.bind(params), prepare=False)
-        else:
-            cur.execute(stmt.sql, stmt.bind(params))
-        return list(cur.fetchall())
-    except conn.dialect.loaded_dbapi.Error as exc:
-        raise _sqlalchemy_error(conn, stmt, exc) from exc
-    finally:
-        cur.close()
+    return collect(conn, stmt, submit(conn, stmt, params, replan=replan))
 
 
 def submit(conn: Connection, stmt: Prepared, params: Mapping[str, Any], *, replan: bool = False) -> Any:
