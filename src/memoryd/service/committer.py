@@ -201,25 +201,25 @@ class GroupCommitter:
             if stranded:
                 self._hand_back(stranded, [self._broken_error() for _ in stranded])
 
+    def _wait_idle(self, timeout: float | None) -> None:
+        """Wait for work as an idle writer, one that a write may wake (call with ``_cond`` held)."""
+        self._idle += 1
+        try:
+            self._cond.wait(timeout)
+        finally:
+            self._idle -= 1
+
     def _loop_batches(self, w: _Writer) -> None:
         while True:
             with self._cond:
                 while not self._pending and not self._stop:
                     if self._access_due is None:
-                        self._idle += 1
-                        try:
-                            self._cond.wait()
-                        finally:
-                            self._idle -= 1
+                        self._wait_idle(None)
                         continue
                     wait = self._access_due - time.monotonic()
                     if wait <= 0:
                         break  # the read counts gathered long enough: commit them alone
-                    self._idle += 1
-                    try:
-                        self._cond.wait(wait)
-                    finally:
-                        self._idle -= 1
+                    self._wait_idle(wait)
                 # Whoever was woken finds the queue taken (or takes it): the next write wakes again.
                 self._waking = False
                 batch = [self._pending.popleft() for _ in range(min(len(self._pending), self.max_batch))]
