@@ -200,14 +200,24 @@ def ranked(p: dict[str, Any], model: learned.Model | None) -> list[str]:
                                            model=model)][:rc.K]
 
 
-def evaluate(data: Sequence[dict[str, Any]], model: learned.Model | None) -> dict[str, float]:
-    figures = [rc.score(ranked(p, model), p["q"], p["session_of"]) for p in data]
-    out = {f: float(np.mean([x[f] for x in figures])) for f in ("recall@5", "recall@10", "session_hit@10")}
+#: The figures this script chooses by (means over the questions); the studies add session recall.
+FIGURES = ("recall@5", "recall@10", "session_hit@10")
+WITH_SESSION_RECALL = ("recall@5", "recall@10", "session_recall@10", "session_hit@10")
+
+
+def summary(scored: Sequence[tuple[str, dict[str, float]]],
+            figures: Sequence[str] = FIGURES) -> dict[str, float]:
+    """(question type, that question's rc.score figures) pairs summed up: the mean of each of
+    ``figures``, recall@10 by question type, and stale first."""
+    out = {f: float(np.mean([x[f] for _, x in scored])) for f in figures}
     for t in rc.TYPES:
-        out[f"recall@10 {t}"] = float(np.mean([x["recall@10"] for x, p in zip(figures, data, strict=True)
-                                               if p["q"]["type"] == t]))
-    out["stale_first"] = stale_first(figures)
+        out[f"recall@10 {t}"] = float(np.mean([x["recall@10"] for qt, x in scored if qt == t]))
+    out["stale_first"] = stale_first([x for _, x in scored])
     return out
+
+
+def evaluate(data: Sequence[dict[str, Any]], model: learned.Model | None) -> dict[str, float]:
+    return summary([(p["q"]["type"], rc.score(ranked(p, model), p["q"], p["session_of"])) for p in data])
 
 
 def stale_first(figures: Sequence[dict[str, float]]) -> float:
@@ -261,11 +271,7 @@ def main() -> None:
         # Figures over every question, each scored by the model that did not see its dialogue.
         scored = [(p["q"]["type"], rc.score(ranked(p, model), p["q"], p["session_of"]))
                   for _, test, model in folds for p in test]
-        cv[setting] = {f: float(np.mean([x[f] for _, x in scored]))
-                       for f in ("recall@5", "recall@10", "session_hit@10")}
-        for t in rc.TYPES:
-            cv[setting][f"recall@10 {t}"] = float(np.mean([x["recall@10"] for qt, x in scored if qt == t]))
-        cv[setting]["stale_first"] = stale_first([x for _, x in scored])
+        cv[setting] = summary(scored)
         show(f"leave-one-dialogue-out, {setting[0]} l2={setting[1]}", cv[setting])
     # Of the settings that put a superseded statement first no more often than the fused order
     # does, the best recall@10, then session hit@10, then recall@5 (over the three folds).

@@ -147,12 +147,7 @@ def figures(data: Sequence[dict[str, Any]], folds: dict[str, learned.Model],
     """Every question ranked by ``order`` under the model of the fold that did not see its dialogue."""
     scored = [(p["q"]["type"], rc.score(order(p, folds[p["q"]["dialogue"]]), p["q"], p["session_of"]))
               for p in data]
-    out = {f: float(np.mean([x[f] for _, x in scored]))
-           for f in ("recall@5", "recall@10", "session_recall@10", "session_hit@10")}
-    for t in rc.TYPES:
-        out[f"recall@10 {t}"] = float(np.mean([x["recall@10"] for qt, x in scored if qt == t]))
-    out["stale_first"] = T.stale_first([x for _, x in scored])
-    return out
+    return T.summary(scored, T.WITH_SESSION_RECALL)
 
 
 def choose(data: Sequence[dict[str, Any]], folds: dict[str, learned.Model]) -> tuple[Spread | None, int]:

@@ -130,7 +130,7 @@ def figures(data: Sequence[dict[str, Any]],
                           1.0, "listwise") for d in ids}
     scored = [(p["q"]["type"], score(p, folds[p["q"]["dialogue"]]))
               for p in data if p["q"]["dialogue"] in ids]
-    return summary(scored), folds
+    return T.summary(scored, T.WITH_SESSION_RECALL), folds
 
 
 def score(p: dict[str, Any], m: learned.Model) -> dict[str, float]:
@@ -139,15 +139,6 @@ def score(p: dict[str, Any], m: learned.Model) -> dict[str, float]:
     learned_order = [int(i) for i in np.argsort(-s, kind="stable")]
     final = learned.guarded(range(len(s)), learned_order, [r.get("session_id") for r in p["rows"]], rc.K)
     return rc.score([p["rows"][i]["id"] for i in final][:rc.K], p["q"], p["session_of"])
-
-
-def summary(scored: Sequence[tuple[str, dict[str, float]]]) -> dict[str, float]:
-    out = {f: float(np.mean([x[f] for _, x in scored]))
-           for f in ("recall@5", "recall@10", "session_recall@10", "session_hit@10")}
-    for t in rc.TYPES:
-        out[f"recall@10 {t}"] = float(np.mean([x["recall@10"] for qt, x in scored if qt == t]))
-    out["stale_first"] = T.stale_first([x for _, x in scored])
-    return out
 
 
 #: The gate's grid (``--gated``): threshold × (later, later + earlier) × (cosine × score, cosine).
@@ -194,7 +185,7 @@ def gated(data: Sequence[dict[str, Any]], vecs: np.ndarray) -> None:
         use = variants[chosen] if chosen else data
         m = T.trained([p for p in use if p["q"]["dialogue"] in rest], 1.0, "listwise")
         nested += [(p["q"]["type"], score(p, m)) for p in use if p["q"]["dialogue"] == held]
-    T.show("nested", summary(nested))
+    T.show("nested", T.summary(nested, T.WITH_SESSION_RECALL))
 
 
 def main() -> None:
