@@ -112,6 +112,12 @@ class Config:
     vector_index_min_rows: int = _key(20000, "An owner's vectors at which its graph is built (below it the "
                                       "exact scan costs a few ms).")
     vector_index_ef: int = _key(256, "HNSW search beam: higher finds more of the exact top-k, slower.")
+    lexical_index: bool = _key(True, "SQLite: once the store holds lexical_index_min_rows active memories, "
+                               "keep a tantivy index of their words beside it (false: FTS5 only).")
+    lexical_index_min_rows: int = _key(200000, "Active memories at which the lexical index is built (below "
+                                       "it FTS5 ranks a query's matches in a few ms).")
+    lexical_index_shard_rows: int = _key(100000, "Consecutive memories per shard of the lexical index (an "
+                                         "erased text rebuilds its shard).")
     classify_margin: float = _key(0.05, "With classify_llm, a lead over the runner-up kind below this goes "
                                   "to the LLM (else the embedding classifier decides alone).")
     classify_llm: bool = _key(False, "Ask the LLM when the classifier's margin is low (for a capable model).")
@@ -209,6 +215,7 @@ class Config:
             "conn_max_buffered_bytes", "total_max_buffered_bytes",
             "write_queue_max", "write_batch_max", "read_threads", "job_max_attempts", "embed_batch_size",
             "embed_encode_batch", "vector_index_min_rows", "vector_index_ef", "pg_writers",
+            "lexical_index_min_rows", "lexical_index_shard_rows",
         )
         for name in positive:
             if getattr(self, name) < 1:

@@ -62,6 +62,9 @@ def status_renderable(s: dict[str, Any], rates: dict[str, float] | None = None,
     index = vector_index_line(s.get("vector_index"))
     if index is not None:
         parts.append(index)
+    lexical = lexical_index_line(s.get("lexical_index"))
+    if lexical is not None:
+        parts.append(lexical)
     narrow = width is not None and width < WIDE_STATUS_COLUMNS
     caption = (f"{', '.join(SECONDARY_PASS_COLUMNS)}: in a terminal of {WIDE_STATUS_COLUMNS}+ "
                "columns, or with --json") if narrow else None
@@ -120,6 +123,23 @@ def vector_index_line(vi: dict[str, Any] | None) -> Text | None:
     behind = f", {vi['behind']} changes to apply" if vi.get("behind") else ""
     return Text(f"vector index: {state}; {vi['graphs']} graph(s) of owners with "
                 f"{vi['min_rows']:,}+ vectors, {vi['vectors_in_graphs']:,} vectors{behind}")
+
+
+def lexical_index_line(li: dict[str, Any] | None) -> Text | None:
+    """The tantivy shards beside a large SQLite store, in one line (None on PostgreSQL or when off)."""
+    if not li:
+        return None
+    if li.get("error"):
+        return Text(f"lexical index: failed ({li['error']}); searches use FTS5; "
+                    "run `memoryd store reindex` with the daemon stopped", style="yellow")
+    if li.get("state") == "waiting":
+        return Text(f"lexical index: not needed yet (FTS5 answers; built once {li['min_rows']:,} "
+                    "memories are active)")
+    if not li["ready"]:
+        return Text("lexical index: opening (searches use FTS5 meanwhile)")
+    behind = f", {li['behind']} changes to apply" if li.get("behind") else ""
+    rebuilding = f", {li['rebuilding']} shard(s) to rebuild after an erasure" if li.get("rebuilding") else ""
+    return Text(f"lexical index: ready; {li['shards']} shard(s), {li['docs']:,} memories{behind}{rebuilding}")
 
 
 def cluster_table(cluster: dict[str, Any] | None) -> Table | None:

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -162,13 +162,15 @@ def copy_cmd(source_url: str, target_url: str, batch_size: int, as_json: bool) -
               help="Config file (env MEMORYD_CONFIG).")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
 def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) -> None:
-    """Rebuild the HNSW graphs beside a SQLite store from the store alone (the daemon must be stopped).
+    """Rebuild the indexes beside a SQLite store from the store alone (the daemon must be stopped).
 
-    The graphs (``<data dir>/index/vectors/``) are a cache of the store's
+    The HNSW graphs (``<data dir>/index/vectors/``) are a cache of the store's
     vectors: this drops them and builds one for every owner with at least
     ``vector_index_min_rows`` vectors, as the daemon does at start when they
-    are missing. Use it when ``memoryd status`` shows the vector index
-    failing, or after restoring the database from a backup.
+    are missing. The lexical index (``<data dir>/index/lexical/``) is dropped
+    and built again when the store holds ``lexical_index_min_rows`` active
+    memories. Use it when ``memoryd status`` shows an index failing, or after
+    restoring the database from a backup.
 
     \b
     Example:
@@ -213,6 +215,7 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
                 ensure_log(conn)
             ann.open()
             seconds = time.perf_counter() - t0
+            lexical = _reindex_lexical(cfg, engine, as_json)
         finally:
             engine.dispose()
     finally:
@@ -220,9 +223,43 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
     summary = {"graphs": len(ann.indexes),
                "vectors_in_graphs": int(sum(g.index.element_count for g in ann.indexes.values())),
                "vectors": ann.counts.total(), "seconds": round(seconds, 1),
-               "directory": str(directory)}
+               "directory": str(directory), "lexical": lexical}
     if as_json:
         click.echo(json.dumps(summary))
+        return
+    click.echo(f"built {summary['graphs']} graph(s) holding {summary['vectors_in_graphs']} of "
+               f"{summary['vectors']} vectors in {summary['seconds']} s ({directory})")
+    if lexical["built"]:
+        click.echo(f"built the lexical index: {lexical['shards']} shard(s) holding {lexical['docs']} "
+                   f"memories in {lexical['seconds']} s ({lexical['directory']})")
     else:
-        click.echo(f"built {summary['graphs']} graph(s) holding {summary['vectors_in_graphs']} of "
-                   f"{summary['vectors']} vectors in {summary['seconds']} s ({directory})")
+        click.echo(f"no lexical index: {lexical['reason']}")
+
+
+def _reindex_lexical(cfg: Any, engine: Any, as_json: bool) -> dict[str, Any]:
+    """Drop the tantivy shards and build them again when the store is large enough for them."""
+    import shutil
+
+    from memoryd.store.sqlite import lex_set
+
+    directory = cfg.resolved_data_dir() / "index" / "lexical"
+    shutil.rmtree(directory, ignore_errors=True)
+    out: dict[str, Any] = {"built": False, "directory": str(directory)}
+    if not cfg.lexical_index:
+        with engine.begin() as conn:
+            lex_set.drop_log(conn)
+        return {**out, "reason": "lexical_index is off (FTS5 answers every search)"}
+    if not as_json:
+        click.echo(f"building the lexical index if {cfg.lexical_index_min_rows}+ memories are active...",
+                   err=True)
+    t0 = time.perf_counter()
+    lex = lex_set.LexSet(engine, directory, min_rows=cfg.lexical_index_min_rows,
+                         shard_rows=cfg.lexical_index_shard_rows)
+    try:
+        if not lex.open():
+            return {**out, "reason": f"fewer than {cfg.lexical_index_min_rows} active memories "
+                                     "(FTS5 answers every search)"}
+        return {**out, "built": True, "shards": len(lex.shards), "docs": lex.docs(),
+                "seconds": round(time.perf_counter() - t0, 1)}
+    finally:
+        lex.close()

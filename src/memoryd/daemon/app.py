@@ -43,6 +43,7 @@ from memoryd.store.engine import is_sqlite, read_only
 from memoryd.store.memories import WriteContext
 from memoryd.store.opening import daemon_engine
 from memoryd.store.sqlite.ann_set import AnnSet
+from memoryd.store.sqlite.lex_set import LexSet
 
 log = structlog.get_logger(__name__)
 
@@ -110,6 +111,7 @@ class Daemon:
         self.node = ""
         self.runner: PassRunner | None = None
         self.ann: AnnSet | None = None
+        self.lex: LexSet | None = None
         self.scheduler: BackgroundScheduler | None = None
         self.worker = ModelWorker(
             ["--embedder", cfg.embedder, "--llm", cfg.llm, "--data-dir", str(self.data_dir),
@@ -160,6 +162,7 @@ class Daemon:
                                 self.cfg.embedder)
         vectors.reclaim_space(engine)
         self._open_vector_index(engine)
+        self._open_lexical_index(engine)
         self.node = owner = node_id(self.data_dir)
         audit.set_writer(engine, owner)  # the audit lanes this daemon opens name it
         with engine.begin() as conn:
@@ -179,6 +182,24 @@ class Daemon:
                                   min_rows=self.cfg.vector_index_min_rows, ef=self.cfg.vector_index_ef)
         self.ann.start()
         ann_set.attach(engine, self.ann)
+
+    def _open_lexical_index(self, engine: Engine) -> None:
+        """SQLite: the tantivy shards beside a large store (store/sqlite/lex_set.py), opened or
+        built on a thread of their own; lexical searches use FTS5 until they are ready. With
+        ``lexical_index`` off, the change log is dropped (nothing would read it)."""
+        if not is_sqlite(engine):
+            return
+        from memoryd.store.sqlite import lex_set
+
+        if not self.cfg.lexical_index:
+            with engine.begin() as conn:
+                lex_set.drop_log(conn)
+            return
+        self.lex = lex_set.LexSet(engine, self.data_dir / "index" / "lexical",
+                                  min_rows=self.cfg.lexical_index_min_rows,
+                                  shard_rows=self.cfg.lexical_index_shard_rows)
+        self.lex.start()
+        lex_set.attach(engine, self.lex)
 
     async def _serve(self) -> int:
         loop = asyncio.get_running_loop()
@@ -278,6 +299,8 @@ class Daemon:
         self.embedder.release()
         if self.ann is not None:  # saves the graphs: the next start loads them instead of building
             await loop.run_in_executor(None, self.ann.stop)
+        if self.lex is not None:  # applies the log and writes the manifest
+            await loop.run_in_executor(None, self.lex.stop)
         if self.engine is not None:
             try:
                 await loop.run_in_executor(None, self._announce, "stopped")
@@ -390,6 +413,8 @@ class Daemon:
         }
         if self.ann is not None:
             extra["vector_index"] = self.ann.status()
+        if self.lex is not None:
+            extra["lexical_index"] = self.lex.status()
         with read_only(self.engine) as conn:
             extra["cluster"] = {"shared": not is_sqlite(self.engine),
                                 "daemons": cluster.members(conn, time.time(), self.runner.owner)}

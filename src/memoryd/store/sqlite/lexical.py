@@ -1,15 +1,29 @@
-"""The lexical leg on SQLite: FTS5 (external content over ``memories``) ranked by BM25."""
+"""The lexical leg on SQLite: FTS5 (external content over ``memories``) ranked by BM25, or, in a
+store large enough to have one, the tantivy shards beside it (store/sqlite/lex_set.py)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import structlog
 from sqlalchemy import Connection, Integer, String, bindparam, func, literal_column, select, table, text
 
 from memoryd.store import prepared
 from memoryd.store.schema import memories
-from memoryd.store.search_request import CANDIDATE, SearchRequest, filter_shape, query_terms, row_filter
+from memoryd.store.scope import scope_keys
+from memoryd.store.search_request import (
+    CANDIDATE,
+    SearchRequest,
+    filter_shape,
+    query_terms,
+    row_filter,
+    statuses_for,
+)
+from memoryd.store.sqlite import lex_set
 from memoryd.store.sqlite.crossjoin import CrossJoin
+
+log = structlog.get_logger(__name__)
 
 #: The lexical leg checks the best max(limit x LEX_OVERFETCH, LEX_MIN_FETCH) full-text matches
 #: against the filters first, and fetches more only when too few pass.
@@ -48,6 +62,11 @@ def lexical(conn: Connection, req: SearchRequest, now: str, limit: int) -> list[
     match = fts_match(req.query)
     if match is None:
         return []
+    index = lex_set.attached(conn.engine)
+    if index is not None:
+        found = _from_index(conn, index, req, now, limit)
+        if found is not None:
+            return found
     stmt = prepared.prepare(conn, ("search.lexical", filter_shape(req)), lambda: _ranked_rows(req))
     fetch = max(limit * LEX_OVERFETCH, LEX_MIN_FETCH)
     while fetch <= LEX_MAX_FETCH:
@@ -60,6 +79,51 @@ def lexical(conn: Connection, req: SearchRequest, now: str, limit: int) -> list[
 
 
 _ROW_NAMES = (*(c.name for c in CANDIDATE), "bm25")
+_CANDIDATE_NAMES = tuple(c.name for c in CANDIDATE)
+
+
+def _from_index(conn: Connection, index: lex_set.LexSet, req: SearchRequest, now: str,
+                limit: int) -> list[dict[str, Any]] | None:
+    """The lexical leg from the tantivy shards: their best ``fetch`` rows that the reader may
+    see (scope and kind applied inside each shard's search), checked against the request's
+    other filters in the store, best first; more are fetched when too few pass, as with FTS5.
+    None when the index cannot answer this search (FTS5 does)."""
+    terms = query_terms(req.query)
+    if terms is None or terms.phrase:
+        return None  # the shards keep no positions: a quoted phrase is FTS5's
+    keys = scope_keys(req.reader, req.scope)
+    statuses = statuses_for(req)
+    stmt = prepared.prepare(conn, ("search.lexical.index", filter_shape(req)), lambda: _checked_rows(req))
+    fetch = max(limit * LEX_OVERFETCH, LEX_MIN_FETCH)
+    while fetch <= LEX_MAX_FETCH:
+        try:
+            hits = index.top(conn, terms.words, keys=keys, statuses=statuses, kind=req.kind, fetch=fetch)
+        except Exception as exc:  # the store still answers, by FTS5
+            log.warning("lex.search_failed", error=f"{type(exc).__name__}: {exc}", fix="answered by FTS5")
+            return None
+        if hits is None:
+            return None
+        rank = {seq: i for i, (seq, _) in enumerate(hits)}
+        rows = prepared.fetch(conn, stmt, {"seqs": json.dumps(list(rank)), "now": now})
+        found = [dict(zip(_CANDIDATE_NAMES, row, strict=True)) for row in rows]
+        found.sort(key=lambda r: rank[r["seq"]])
+        for r in found:
+            r["bm25"] = hits[rank[r["seq"]]][1]
+        if len(found) >= limit or len(hits) < fetch:
+            return found[:limit]
+        fetch *= 8
+    return None
+
+
+def _checked_rows(req: SearchRequest) -> Any:
+    """The rows of the seqs in ``:seqs`` (a JSON array) that pass the request's filters, each
+    looked up by key (CROSS JOIN: the array is the outer loop). Bound: ``:seqs``, ``:now``."""
+    wanted = func.json_each(bindparam("seqs", "[]", type_=String)).table_valued("value").alias("wanted")
+    return (
+        select(*CANDIDATE)
+        .select_from(CrossJoin(wanted, memories, memories.c.seq == wanted.c.value))
+        .where(row_filter(req, bindparam("now", "", type_=String)))
+    )
 
 
 def _ranked_rows(req: SearchRequest) -> Any:

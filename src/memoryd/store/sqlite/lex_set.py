@@ -1,0 +1,506 @@
+"""The lexical index beside a large SQLite store: tantivy shards by seq range, kept in step by a log.
+
+The store of record is the database, and FTS5 over it answers any lexical
+search exactly. At a million memories FTS5 ranks every match first (about
+100 ms for common words), so once a store holds ``min_rows`` active memories
+the daemon also keeps a tantivy index of them (store/sqlite/lex.py), split
+into shards of ``shard_rows`` consecutive seqs. A search asks every shard for
+its best rows, with the reader's scope keys (and a kind) required inside the
+shard's search, merges the lists by score, and checks the rows against the
+request's filters in the database, as the FTS5 leg does.
+
+The four rules of DESIGN.md's "Indexes beside the store of record":
+
+* **Rebuildable.** The shards are directories under
+  ``<data dir>/index/lexical/``, named in ``manifest.json``; deleting the folder
+  (or ``memoryd store reindex``) rebuilds them from the store.
+* **Crash-consistent.** Triggers (:data:`LOG_DDL`) append the ``seq`` of every
+  memory whose content, status, kind or owner changes to
+  ``lexical_index_log``, in the writer's transaction. Applying an entry makes
+  the shard match the store's current row (delete the document, add it back
+  if the row is active), so applying one twice changes nothing. The manifest
+  names the shard directories and the last log id their commits hold; it is
+  replaced atomically after the commits it describes, so a kill -9 at any
+  point leaves shards that the log, applied again from the manifest's id,
+  brings back in step. Directories the manifest does not name are removed at
+  start. The log is trimmed only up to what the manifest holds.
+* **Erased.** Deleting a document hides it at once, but tantivy keeps its words
+  in the shard's files until a merge. So an entry for an erased text (the
+  content changed or the row deleted) marks its shard for a rebuild from the
+  store; the rebuilt shard replaces the old one in the manifest, and the old
+  directory's files are overwritten with zeros and removed. The marks are kept
+  in the manifest until the rebuild is done, so a crash in between rebuilds
+  the shard at the next start.
+* **Scoped inside.** Each document carries its scope key; a shard's search
+  requires one of the reader's keys, so a shard returns only rows the reader
+  may see (never a global top-k filtered afterwards). Rows of any status
+  other than active are not indexed: a search for history or candidates uses
+  FTS5.
+
+A search always sees its own writes: when the log holds entries the shards
+have not applied, a search applies up to :data:`INLINE_CATCH_UP` of them
+itself (a commit: about 11 ms), and further behind it answers from FTS5.
+
+PostgreSQL needs none of this here.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+from sqlalchemy import Connection, Engine
+
+from memoryd.privatefs import make_dirs
+from memoryd.store.engine import read_only
+from memoryd.store.sqlite.ann_set import _write_json
+from memoryd.store.sqlite.lex import Queries, Row, Shard, build, wipe
+
+log = structlog.get_logger(__name__)
+
+FORMAT = 1
+LOG_TABLE = "lexical_index_log"
+_TRIGGERS = ("lexical_index_log_mi", "lexical_index_log_md", "lexical_index_log_mu")
+#: The change log and its triggers, created when the store first reaches ``min_rows`` (a small
+#: store's writes pay nothing for an index it does not have).
+LOG_DDL = [
+    f"CREATE TABLE IF NOT EXISTS {LOG_TABLE} (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+    "memory_seq INTEGER NOT NULL, erased INTEGER NOT NULL DEFAULT 0)",
+    f"CREATE TRIGGER IF NOT EXISTS {_TRIGGERS[0]} AFTER INSERT ON memories "
+    f"WHEN new.content IS NOT NULL BEGIN INSERT INTO {LOG_TABLE} (memory_seq) VALUES (new.seq); END",
+    f"CREATE TRIGGER IF NOT EXISTS {_TRIGGERS[1]} AFTER DELETE ON memories BEGIN "
+    f"INSERT INTO {LOG_TABLE} (memory_seq, erased) VALUES (old.seq, 1); END",
+    f"CREATE TRIGGER IF NOT EXISTS {_TRIGGERS[2]} AFTER UPDATE OF content, status, kind, scope, owner "
+    "ON memories WHEN new.content IS NOT old.content OR new.status IS NOT old.status "
+    "OR new.kind IS NOT old.kind OR new.scope IS NOT old.scope OR new.owner IS NOT old.owner BEGIN "
+    f"INSERT INTO {LOG_TABLE} (memory_seq, erased) VALUES (new.seq, new.content IS NOT old.content); END",
+]
+#: The one status the shards hold.
+INDEXED_STATUS = "active"
+#: A search applies the log itself when it is at most this far behind; further behind, FTS5
+#: answers it while the index thread catches up.
+INLINE_CATCH_UP = 256
+#: How long a search waits for the index thread's lock before it answers from FTS5 instead.
+LOCK_WAIT_S = 0.05
+#: Log entries read per step of a catch-up.
+LOG_PAGE = 2000
+#: Rows read from the store per step of a shard's build.
+BUILD_CHUNK = 20_000
+#: The manifest is written at least this often while the log is being applied.
+SAVE_EVERY_S = 5.0
+
+_ROW_SQL = ("SELECT seq, content, scope || ':' || owner, kind FROM memories "
+            "WHERE seq >= ? AND seq < ? AND status = ? AND content IS NOT NULL ORDER BY seq LIMIT ?")
+
+
+def has_log(conn: Connection) -> bool:
+    return conn.exec_driver_sql(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (LOG_TABLE,)).first() is not None
+
+
+def ensure_log(conn: Connection) -> None:
+    for statement in LOG_DDL:
+        conn.exec_driver_sql(statement)
+
+
+def drop_log(conn: Connection) -> None:
+    """Remove the log and its triggers (the index is turned off: nothing would read them)."""
+    for name in _TRIGGERS:
+        conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
+    conn.exec_driver_sql(f"DROP TABLE IF EXISTS {LOG_TABLE}")
+
+
+def _last_log_id(conn: Connection) -> int:
+    return int(conn.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {LOG_TABLE}").scalar_one())
+
+
+class LexSet:
+    """Every shard of one SQLite store's lexical index, and what keeps them in step with it."""
+
+    def __init__(self, engine: Engine, directory: Path, *, min_rows: int = 200_000,
+                 shard_rows: int = 100_000):
+        self.engine = engine
+        self.dir = directory
+        self.min_rows = min_rows
+        self.shard_rows = shard_rows
+        self._lock = threading.RLock()
+        self.shards: dict[int, Shard] = {}
+        self.applied = 0
+        self.saved_log_id = 0
+        self.generation = 0
+        self.pending: set[int] = set()  # shards to rebuild: an erased text's words are in them
+        self.ready = threading.Event()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._saved_at = 0.0
+        self.queries = Queries()
+        self.error: str | None = None
+        #: waiting (the store is below min_rows), opening (loading or building), ready, failed.
+        self.state = "opening"
+        self.build_seconds: float | None = None
+        self.rebuilds = 0
+        # Searches in flight, by the epoch they began in: a replaced shard's files are wiped only
+        # once every search that could still read them has ended.
+        self._epoch = 0
+        self._in_flight: dict[int, int] = {}
+        self._cv = threading.Condition()
+
+    # -- life --------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="memoryd-lex", daemon=True)
+        self._thread.start()
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set() and not self.open():
+                self._wake.wait(timeout=60.0)  # a small store: look again in a minute
+                self._wake.clear()
+            while not self._stop.is_set():
+                self._wake.wait(timeout=1.0)
+                self._wake.clear()
+                self.catch_up()
+                self.rebuild_pending()
+                if self.saved_log_id != self.applied and time.monotonic() - self._saved_at >= SAVE_EVERY_S:
+                    self.save()
+            if self.ready.is_set():
+                self.catch_up()
+                self.save()
+        except InterruptedError:  # stopped during a build: built again at the next start
+            pass
+        except Exception as exc:  # FTS5 answers every search meanwhile
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.exception("lex.failed", error=self.error)
+            self.ready.clear()
+            self.state = "failed"
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Commit and release every shard's writer (the thread does this as it stops)."""
+        with self._lock:
+            for shard in self.shards.values():
+                try:
+                    shard.close()
+                except Exception:  # closing on the way out
+                    log.warning("lex.close_failed", shard=shard.number)
+
+    def open(self) -> bool:
+        """Load the saved shards (or build them when the store is large enough), apply the log,
+        rebuild the shards an erasure marked. False when the store is too small for an index."""
+        t0 = time.perf_counter()
+        with read_only(self.engine) as conn:
+            logged = has_log(conn)
+        if not logged:
+            with read_only(self.engine) as conn:
+                active = int(conn.exec_driver_sql(
+                    "SELECT count(*) FROM memories WHERE status = ?", (INDEXED_STATUS,)).scalar_one())
+            if active < self.min_rows:
+                self.state = "waiting"
+                return False
+            self.state = "opening"
+            with self.engine.begin() as conn:
+                ensure_log(conn)
+        manifest = self._read_manifest()
+        if manifest is not None and not self._log_holds(int(manifest.get("log_id", 0))):
+            log.info("lex.manifest_ahead_of_log", log_id=manifest.get("log_id"), fix="rebuilding")
+            manifest = None
+        if manifest is None:
+            self._build_all()
+        else:
+            self._load(manifest)
+        self.catch_up()
+        self.rebuild_pending()
+        self.save()
+        self.ready.set()
+        self.state = "ready"
+        log.info("lex.open", ms=round((time.perf_counter() - t0) * 1000, 1), shards=len(self.shards),
+                 docs=self.docs(), built=manifest is None)
+        return True
+
+    def _log_holds(self, log_id: int) -> bool:
+        """Whether the store's log has issued ``log_id`` (not so after the database was restored
+        from a backup, or the log was dropped and made again: the manifest then describes
+        another history)."""
+        with read_only(self.engine) as conn:
+            issued = conn.exec_driver_sql(
+                "SELECT seq FROM sqlite_sequence WHERE name = ?", (LOG_TABLE,)).scalar()
+        return log_id <= int(issued or 0)
+
+    # -- building ----------------------------------------------------------------------------
+    def _build_all(self) -> None:
+        t0 = time.perf_counter()
+        for path in self.dir.glob("shard-*"):
+            # A new generation's names never meet an old directory's, even one a wipe missed.
+            self.generation = max(self.generation, _generation_of(path.name))
+            wipe(path)
+        with read_only(self.engine) as conn:
+            since = _last_log_id(conn)
+            top = int(conn.exec_driver_sql("SELECT coalesce(max(seq), 0) FROM memories").scalar_one())
+        self.generation += 1
+        shards: dict[int, Shard] = {}
+        for number in range(top // self.shard_rows + 1):
+            if self._stop.is_set():
+                raise InterruptedError("stopping")
+            shards[number] = self._build_shard(number)
+        with self._lock:
+            self.shards = shards
+            self.applied = since
+            self.pending.clear()
+        self.build_seconds = time.perf_counter() - t0
+
+    def _build_shard(self, number: int) -> Shard:
+        """A new directory holding shard ``number``'s active rows, read in short transactions."""
+        make_dirs(self.dir)
+        return build(number, self.dir / f"shard-{number}.{self.generation}", self._rows(number))
+
+    def _rows(self, number: int) -> Iterable[Row]:
+        lo, hi = number * self.shard_rows, (number + 1) * self.shard_rows
+        while lo < hi:
+            # A transaction per chunk: a reader held for a whole build would keep the WAL (and
+            # the pages a forget just erased) from being checkpointed.
+            with read_only(self.engine) as conn:
+                chunk = conn.exec_driver_sql(_ROW_SQL, (lo, hi, INDEXED_STATUS, BUILD_CHUNK)).all()
+            if not chunk:
+                return
+            for r in chunk:
+                yield int(r[0]), str(r[1]), str(r[2]), r[3]
+            lo = int(chunk[-1][0]) + 1
+
+    def rebuild_pending(self) -> None:
+        """Rebuild each shard an erasure marked, then replace it: its old files are wiped."""
+        while self.pending and not self._stop.is_set():
+            number = min(self.pending)
+            with read_only(self.engine) as conn:
+                since = _last_log_id(conn)
+            with self._lock:
+                self.generation += 1
+            fresh = self._build_shard(number)
+            with self._lock:
+                # What the log gained while it was built, for this shard alone.
+                lo, hi = number * self.shard_rows, (number + 1) * self.shard_rows
+                with read_only(self.engine) as conn:
+                    seqs = [int(r[0]) for r in conn.exec_driver_sql(
+                        f"SELECT DISTINCT memory_seq FROM {LOG_TABLE} WHERE id > ? AND id <= ? "
+                        "AND memory_seq >= ? AND memory_seq < ?", (since, self.applied, lo, hi))]
+                    self._apply_rows(conn, seqs, {number: fresh})
+                fresh.commit()
+                old = self.shards.get(number)
+                self.shards[number] = fresh
+                self.pending.discard(number)
+                self.rebuilds += 1
+                self.save()  # names the new directory before the old one is wiped
+            if old is not None:
+                self._quiesce()
+                old.close()
+                wipe(old.path)
+            log.info("lex.shard_rebuilt", shard=number, docs=fresh.docs())
+
+    # -- the log -----------------------------------------------------------------------------
+    def catch_up(self, limit: int | None = None) -> int:
+        """Apply the log after ``applied`` (at most ``limit`` entries); return entries applied."""
+        done = 0
+        with self._lock:
+            while limit is None or done < limit:
+                page = LOG_PAGE if limit is None else min(LOG_PAGE, limit - done)
+                with read_only(self.engine) as conn:
+                    rows = conn.exec_driver_sql(
+                        f"SELECT id, memory_seq, erased FROM {LOG_TABLE} WHERE id > ? ORDER BY id LIMIT ?",
+                        (self.applied, page)).all()
+                    if not rows:
+                        break
+                    seqs = list(dict.fromkeys(int(r[1]) for r in rows))
+                    touched = self._apply_rows(conn, seqs, self.shards, create=True)
+                for number in touched:
+                    self.shards[number].commit()
+                self.pending.update(int(r[1]) // self.shard_rows for r in rows if r[2])
+                self.applied = int(rows[-1][0])
+                done += len(rows)
+        return done
+
+    def _apply_rows(self, conn: Connection, seqs: Sequence[int], shards: dict[int, Shard],
+                    create: bool = False) -> set[int]:
+        """Make ``shards`` match the store for each memory in ``seqs`` (decided from the current
+        row alone, so applying twice, or onto an older shard, gives the same result)."""
+        touched: set[int] = set()
+        for seq in seqs:
+            number = seq // self.shard_rows
+            shard = shards.get(number)
+            if shard is None:
+                if not create:
+                    continue
+                make_dirs(self.dir)
+                shard = shards[number] = Shard(number, self.dir / f"shard-{number}.{self.generation}")
+            row = conn.exec_driver_sql(
+                "SELECT content, scope || ':' || owner, kind, status FROM memories WHERE seq = ?",
+                (seq,)).first()
+            shard.delete(seq)
+            if row is not None and row[3] == INDEXED_STATUS and row[0] is not None:
+                shard.add([(seq, str(row[0]), str(row[1]), row[2])])
+            touched.add(number)
+        return touched
+
+    # -- search ------------------------------------------------------------------------------
+    def top(self, conn: Connection, words: Sequence[str], *, keys: Sequence[str],
+            statuses: Sequence[str], kind: str | None, fetch: int) -> list[tuple[int, float]] | None:
+        """The best ``fetch`` (seq, score) of the reader's rows for ``words``, or None when the
+        index cannot answer this search exactly (not ready, too far behind, other statuses):
+        the caller asks FTS5 instead."""
+        if not self.ready.is_set() or list(statuses) != [INDEXED_STATUS] or not keys:
+            return None
+        epoch = self._enter()
+        try:
+            return self._top(conn, words, keys=keys, kind=kind, fetch=fetch)
+        finally:
+            self._leave(epoch)
+
+    def _top(self, conn: Connection, words: Sequence[str], *, keys: Sequence[str], kind: str | None,
+             fetch: int) -> list[tuple[int, float]] | None:
+        behind = _last_log_id(conn) - self.applied
+        if behind > 0:
+            if behind > INLINE_CATCH_UP or not self._lock.acquire(timeout=LOCK_WAIT_S):
+                self._wake.set()
+                return None
+            try:
+                self.catch_up(limit=INLINE_CATCH_UP)
+                behind = _last_log_id(conn) - self.applied
+            finally:
+                self._lock.release()
+            self._wake.set()  # an erased text's shard is rebuilt on the thread, not here
+            if behind > 0:
+                return None
+        tokens = self.queries.tokens(words)
+        if not tokens:
+            return []
+        shards = list(self.shards.values())
+        if not shards:
+            return []
+        query = self.queries.query(shards[0].schema, tokens, keys, kind)
+        hits: list[tuple[int, float]] = []
+        for shard in shards:
+            hits += shard.search(query, fetch)
+        hits.sort(key=lambda h: -h[1])
+        return hits[:fetch]
+
+    def _enter(self) -> int:
+        with self._cv:
+            epoch = self._epoch
+            self._in_flight[epoch] = self._in_flight.get(epoch, 0) + 1
+            return epoch
+
+    def _leave(self, epoch: int) -> None:
+        with self._cv:
+            self._in_flight[epoch] -= 1
+            if not self._in_flight[epoch]:
+                del self._in_flight[epoch]
+                self._cv.notify_all()
+
+    def _quiesce(self, timeout_s: float = 10.0) -> None:
+        """Wait until every search that began before now has ended."""
+        with self._cv:
+            self._epoch += 1
+            cutoff = self._epoch
+            self._cv.wait_for(lambda: all(e >= cutoff for e in self._in_flight), timeout=timeout_s)
+
+    # -- files -------------------------------------------------------------------------------
+    def save(self) -> None:
+        """Write the manifest (the shards' directories, the log id they hold, the shards still to
+        rebuild), then trim the log. A directory it no longer names is wiped by whoever replaced
+        it, once no search reads it, or at the next start."""
+        with self._lock:
+            make_dirs(self.dir)
+            manifest = {"format": FORMAT, "shard_rows": self.shard_rows, "log_id": self.applied,
+                        "generation": self.generation, "pending": sorted(self.pending),
+                        "shards": {str(n): s.path.name for n, s in self.shards.items()}}
+            _write_json(self.dir / "manifest.json", manifest)
+            self.saved_log_id = self.applied
+            self._saved_at = time.monotonic()
+            with self.engine.begin() as conn:
+                conn.exec_driver_sql(f"DELETE FROM {LOG_TABLE} WHERE id <= ?", (self.applied,))
+
+    def _read_manifest(self) -> dict[str, Any] | None:
+        path = self.dir / "manifest.json"
+        try:
+            manifest = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("lex.manifest_unreadable", path=str(path), error=str(exc), fix="rebuilding")
+            return None
+        if manifest.get("format") != FORMAT or manifest.get("shard_rows") != self.shard_rows:
+            log.info("lex.manifest_stale", format=manifest.get("format"),
+                     shard_rows=manifest.get("shard_rows"))
+            return None
+        return dict(manifest)
+
+    def _load(self, manifest: dict[str, Any]) -> None:
+        shards: dict[int, Shard] = {}
+        try:
+            for number, name in manifest.get("shards", {}).items():
+                path = self.dir / str(name)
+                if not (path / "meta.json").exists():
+                    raise FileNotFoundError(f"{path}/meta.json")
+                shards[int(number)] = Shard(int(number), path)
+        except (OSError, ValueError) as exc:
+            log.warning("lex.shard_unreadable", error=str(exc), fix="rebuilding")
+            self._build_all()
+            return
+        with self._lock:
+            self.shards = shards
+            self.applied = int(manifest["log_id"])
+            self.generation = int(manifest.get("generation", 0))
+            self.pending = {int(n) for n in manifest.get("pending", [])}
+        keep = {s.path.name for s in shards.values()}
+        for path in self.dir.glob("shard-*"):
+            if path.name not in keep:  # a build or rebuild a crash interrupted
+                wipe(path)
+
+    def docs(self) -> int:
+        return sum(s.docs() for s in list(self.shards.values()))
+
+    def status(self) -> dict[str, Any]:
+        """What ``memoryd status`` shows of the lexical index (``behind``: log entries not
+        applied yet; ``rebuilding``: shards an erasure marked)."""
+        behind = 0
+        if self.ready.is_set():
+            with read_only(self.engine) as conn:
+                behind = max(0, _last_log_id(conn) - self.applied)
+        return {"state": self.state, "ready": self.ready.is_set(), "shards": len(self.shards),
+                "docs": self.docs(), "behind": behind, "rebuilding": len(self.pending),
+                "min_rows": self.min_rows, "shard_rows": self.shard_rows, "error": self.error}
+
+
+def _generation_of(name: str) -> int:
+    """The generation in a shard directory's name (``shard-N.G``), 0 if it has none."""
+    _, _, gen = name.rpartition(".")
+    return int(gen) if gen.isdigit() else 0
+
+
+_ATTACHED: dict[int, LexSet] = {}
+
+
+def attach(engine: Engine, lex: LexSet) -> None:
+    """Make ``engine``'s lexical searches use ``lex`` (the daemon does this at start)."""
+    _ATTACHED[id(engine)] = lex
+
+
+def detach(engine: Engine) -> None:
+    _ATTACHED.pop(id(engine), None)
+
+
+def attached(engine: Engine) -> LexSet | None:
+    return _ATTACHED.get(id(engine))

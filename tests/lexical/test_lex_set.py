@@ -1,0 +1,330 @@
+"""The lexical index beside a large SQLite store (store/sqlite/lex_set.py), on a real store and real
+tantivy shards: scope inside, a search sees its own writes, applying the log twice changes
+nothing, an erased text's words leave the shard files, and a crash at any point is mended."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, insert, text
+
+from memoryd.clock import to_rfc3339, utcnow
+from memoryd.store import migrate
+from memoryd.store.engine import create_store_engine
+from memoryd.store.ids import new_memory_id
+from memoryd.store.schema import memories
+from memoryd.store.scope import Reader
+from memoryd.store.search_request import SearchRequest
+from memoryd.store.sqlite import lex_set
+from memoryd.store.sqlite.lex import Shard, analyzer
+from memoryd.store.sqlite.lex_set import LexSet
+from memoryd.store.sqlite.lexical import lexical
+
+OWNERS = (("agent", "a1"), ("agent", "a2"), ("user", "u1"))
+COMMON = ("deploy", "database", "cache", "timeout", "release", "worker", "schema", "token")
+SHARD_ROWS = 400
+N = 1500
+MARKER = "zqxjmarkerword"
+
+
+def unique(i: int) -> str:
+    return f"tok{i:05d}x"
+
+
+def row(i: int, scope: str, owner: str, content: str, **extra: Any) -> dict[str, Any]:
+    stamp = to_rfc3339(utcnow())
+    return {"id": new_memory_id(), "content": content,
+            "content_hash": hashlib.sha256(content.encode()).hexdigest(), "kind": extra.pop("kind", "fact"),
+            "scope": scope, "owner": owner, "status": "active", "importance": 0.5, "importance_raw": 0.5,
+            "valid_from": stamp, "recorded_at": stamp, "metadata": {}, "derived": False,
+            "agent_id": owner if scope == "agent" else None, "user_id": owner if scope == "user" else None,
+            **extra}
+
+
+def fill(engine: Engine, n: int, start: int = 0) -> None:
+    rng = random.Random(start)
+    rows = []
+    for i in range(start, start + n):
+        scope, owner = OWNERS[i % len(OWNERS)]
+        words = " ".join(rng.sample(COMMON, 3))
+        rows.append(row(i, scope, owner, f"note {unique(i)} about the {words}",
+                        kind="procedure" if i % 7 == 0 else "fact"))
+    with engine.begin() as conn:
+        conn.execute(insert(memories), rows)
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    eng = create_store_engine(f"sqlite:///{tmp_path / 'memoryd.db'}")
+    migrate.upgrade(eng)
+    fill(eng, N)
+    yield eng
+    lex_set.detach(eng)
+    eng.dispose()
+
+
+def opened(engine: Engine, directory: Path, min_rows: int = 1) -> LexSet:
+    lex = LexSet(engine, directory, min_rows=min_rows, shard_rows=SHARD_ROWS)
+    assert lex.open()
+    lex_set.attach(engine, lex)
+    return lex
+
+
+def reader_of(scope: str, owner: str) -> Reader:
+    return Reader(agent_id=owner) if scope == "agent" else Reader(user_id=owner)
+
+
+def search(engine: Engine, query: str, reader: Reader, limit: int = 10, **req: Any) -> list[int]:
+    with engine.connect() as conn:
+        return [r["seq"] for r in lexical(conn, SearchRequest(query=query, reader=reader, **req),
+                                          to_rfc3339(utcnow()), limit)]
+
+
+def fts5(engine: Engine, query: str, reader: Reader, limit: int = 10, **req: Any) -> list[int]:
+    lex = lex_set.attached(engine)
+    lex_set.detach(engine)
+    try:
+        return search(engine, query, reader, limit, **req)
+    finally:
+        if lex is not None:
+            lex_set.attach(engine, lex)
+
+
+def seq_of(engine: Engine, content_like: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(text("SELECT seq FROM memories WHERE content LIKE :c"),
+                                {"c": f"%{content_like}%"}).scalar_one())
+
+
+def shard_seqs(lex: LexSet) -> list[int]:
+    """Every live document's seq in every shard (duplicates kept)."""
+    import tantivy
+
+    out: list[int] = []
+    for shard in lex.shards.values():
+        searcher = shard.index.searcher()
+        hits = searcher.search(tantivy.Query.all_query(), limit=10 * N, count=False).hits
+        if hits:
+            out += [int(s) for s in searcher.fast_field_values("seq", [a for _, a in hits])]
+    return out
+
+
+def active_seqs(engine: Engine) -> list[int]:
+    with engine.connect() as conn:
+        return sorted(int(r[0]) for r in conn.execute(
+            text("SELECT seq FROM memories WHERE status = 'active' AND content IS NOT NULL")))
+
+
+def said(engine: Engine, query: str, seqs: list[int]) -> list[int]:
+    """How many of the query's words each row's text says."""
+    with engine.connect() as conn:
+        texts = dict(conn.execute(text(
+            f"SELECT seq, content FROM memories WHERE seq IN ({','.join(map(str, seqs))})")).all())
+    return [sum(w in texts[s] for w in query.split()) for s in seqs]
+
+
+def marker_freq(directory: Path) -> int:
+    """The marker's document frequency over every shard the manifest names (deleted documents
+    count until their segment is rewritten)."""
+    token = analyzer().analyze(MARKER)[0]
+    manifest = json.loads((directory / "manifest.json").read_text())
+    total = 0
+    for name in manifest["shards"].values():
+        total += int(Shard(0, directory / name).index.searcher().doc_freq("content", token))
+    return total
+
+
+# -- tests -------------------------------------------------------------------------------------
+def test_a_search_finds_each_row_by_its_word_for_its_owner_only(engine: Engine, tmp_path: Path) -> None:
+    opened(engine, tmp_path / "index")
+    for i in random.Random(3).sample(range(N), 40):
+        scope, owner = OWNERS[i % len(OWNERS)]
+        seq = seq_of(engine, unique(i))
+        assert search(engine, unique(i), reader_of(scope, owner)) == [seq]
+        other = next(o for o in OWNERS if o != (scope, owner))
+        assert search(engine, unique(i), reader_of(*other)) == []
+
+
+def test_scope_is_applied_inside_the_shards_not_after_a_global_top_k(engine: Engine, tmp_path: Path) -> None:
+    # 300 rows of a2 say the word three times (they rank first); a1 has one row saying it once.
+    with engine.begin() as conn:
+        conn.execute(insert(memories), [row(0, "agent", "a2", "quasar quasar quasar") for _ in range(300)])
+        conn.execute(insert(memories), [row(0, "agent", "a1", "one quasar among many other words here")])
+    lex = opened(engine, tmp_path / "index")
+    mine = seq_of(engine, "one quasar")
+    with engine.connect() as conn:
+        hits = lex.top(conn, ["quasar"], keys=["agent:a1"], statuses=["active"], kind=None, fetch=10)
+    assert hits is not None and [s for s, _ in hits] == [mine]
+    assert search(engine, "quasar", Reader(agent_id="a1")) == [mine]
+
+
+def test_kind_is_applied_inside_the_shards(engine: Engine, tmp_path: Path) -> None:
+    opened(engine, tmp_path / "index")
+    reader = Reader(agent_id="a1")
+    got = search(engine, "deploy database", reader, limit=500, kind="procedure")
+    with engine.connect() as conn:
+        kinds = {r[0] for r in conn.execute(
+            text(f"SELECT kind FROM memories WHERE seq IN ({','.join(map(str, got))})"))}
+    assert got and kinds == {"procedure"}
+    assert set(got) == set(fts5(engine, "deploy database", reader, limit=500, kind="procedure"))
+
+
+def test_common_words_rank_like_fts5(engine: Engine, tmp_path: Path) -> None:
+    """Both rank by BM25 over the same rows: rows that say more of the query's words come first.
+    (Stemmers and score formulas differ, so ties may order differently.)"""
+    opened(engine, tmp_path / "index")
+    reader = Reader(agent_id="a1", user_id="u1")
+    for query in ("deploy timeout", "cache schema token", "release worker database"):
+        ours = search(engine, query, reader, limit=20)
+        theirs = fts5(engine, query, reader, limit=20)
+        assert len(ours) == len(theirs) == 20
+        assert said(engine, query, ours) == sorted(said(engine, query, ours), reverse=True)
+        assert sorted(said(engine, query, ours)) == sorted(said(engine, query, theirs))
+
+
+def test_a_search_sees_its_own_writes_and_changes_at_once(engine: Engine, tmp_path: Path) -> None:
+    lex = opened(engine, tmp_path / "index")
+    reader = Reader(agent_id="a1")
+    with engine.begin() as conn:
+        conn.execute(insert(memories), [row(0, "agent", "a1", "a brandnewword in the ledger")])
+    fresh = seq_of(engine, "brandnewword")
+    assert search(engine, "brandnewword", reader) == [fresh]
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE memories SET status = 'superseded' WHERE seq = :s"), {"s": fresh})
+    with engine.connect() as conn:
+        assert lex.top(conn, ["brandnewword"], keys=["agent:a1"], statuses=["active"], kind=None,
+                       fetch=10) == []
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE memories SET status = 'active', owner = 'a2', agent_id = 'a2' "
+                          "WHERE seq = :s"), {"s": fresh})
+    assert search(engine, "brandnewword", reader) == []
+    assert search(engine, "brandnewword", Reader(agent_id="a2")) == [fresh]
+
+
+def test_far_behind_the_index_hands_the_search_to_fts5(engine: Engine, tmp_path: Path) -> None:
+    lex = opened(engine, tmp_path / "index")
+    fill(engine, lex_set.INLINE_CATCH_UP + 50, start=N)
+    last = N + lex_set.INLINE_CATCH_UP + 49
+    scope, owner = OWNERS[last % len(OWNERS)]
+    with engine.connect() as conn:
+        assert lex.top(conn, [unique(last)], keys=[f"{scope}:{owner}"], statuses=["active"], kind=None,
+                       fetch=10) is None
+    assert search(engine, unique(last), reader_of(scope, owner)) == [seq_of(engine, unique(last))]
+
+
+def test_history_candidates_and_phrases_are_fts5s(engine: Engine, tmp_path: Path) -> None:
+    lex = opened(engine, tmp_path / "index")
+    with engine.connect() as conn:
+        assert lex.top(conn, ["deploy"], keys=["agent:a1"], statuses=["active", "candidate"], kind=None,
+                       fetch=10) is None
+    reader = Reader(agent_id="a1")
+    phrase = '"about the deploy"'
+    assert search(engine, phrase, reader, limit=30) == fts5(engine, phrase, reader, limit=30)
+
+
+def test_applying_the_log_twice_changes_nothing(engine: Engine, tmp_path: Path) -> None:
+    lex = opened(engine, tmp_path / "index")
+    fill(engine, 100, start=N)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM memories WHERE seq IN (3, 4, 5)"))
+        conn.execute(text("UPDATE memories SET status = 'archived' WHERE seq IN (6, 7)"))
+    lex.catch_up()
+    lex.applied = 0  # as after a crash before the manifest: every entry again
+    lex.catch_up()
+    seqs = shard_seqs(lex)
+    assert len(seqs) == len(set(seqs))
+    assert sorted(seqs) == active_seqs(engine)
+
+
+def test_a_crash_before_the_manifest_is_mended_at_start(engine: Engine, tmp_path: Path) -> None:
+    directory = tmp_path / "index"
+    lex = opened(engine, directory)
+    fill(engine, 500, start=N)  # a new shard or two, committed, not in the manifest
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM memories WHERE seq IN (10, 11)"))
+    lex.catch_up()
+    lex.close()  # committed; the manifest still says what open() saved
+    # An interrupted rebuild's directory, which no manifest names.
+    Shard(0, directory / "shard-0.99").close()
+    again = opened(engine, directory)
+    seqs = shard_seqs(again)
+    assert len(seqs) == len(set(seqs)) and sorted(seqs) == active_seqs(engine)
+    assert not (directory / "shard-0.99").exists()
+    last = N + 499
+    assert search(engine, unique(last), reader_of(*OWNERS[last % 3])) == [seq_of(engine, unique(last))]
+
+
+def test_a_manifest_of_another_history_is_rebuilt(engine: Engine, tmp_path: Path) -> None:
+    directory = tmp_path / "index"
+    opened(engine, directory).close()
+    manifest = json.loads((directory / "manifest.json").read_text())
+    # The database restored from a backup, or the log dropped and made again: ids start over.
+    with engine.begin() as conn:
+        lex_set.drop_log(conn)
+        lex_set.ensure_log(conn)
+    fill(engine, 10, start=N)
+    manifest["log_id"] = 10**6
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    again = opened(engine, directory)
+    assert again.build_seconds is not None  # built, not loaded
+    assert sorted(shard_seqs(again)) == active_seqs(engine)
+
+
+def test_an_erased_text_leaves_the_shard_files(engine: Engine, tmp_path: Path) -> None:
+    directory = tmp_path / "index"
+    with engine.begin() as conn:
+        conn.execute(insert(memories), [row(0, "agent", "a1", f"the secret {MARKER} is here")])
+    victim = seq_of(engine, MARKER)
+    lex = opened(engine, directory)
+    assert marker_freq(directory) == 1  # control
+    old_dir = lex.shards[victim // SHARD_ROWS].path
+    # Forget: the row leaves the searchable set at once, and later its text is erased.
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE memories SET status = 'deleting' WHERE seq = :s"), {"s": victim})
+    lex.catch_up()
+    assert search(engine, MARKER, Reader(agent_id="a1")) == []
+    assert not lex.pending  # a status change hides the row; only an erasure rebuilds
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE memories SET content = NULL, status = 'forgotten' WHERE seq = :s"),
+                     {"s": victim})
+    lex.catch_up()
+    assert lex.pending == {victim // SHARD_ROWS}
+    assert json.loads((directory / "manifest.json").read_text()) is not None
+    lex.rebuild_pending()
+    assert not lex.pending and not old_dir.exists()
+    assert marker_freq(directory) == 0
+    every = b"".join(p.read_bytes() for p in directory.rglob("*") if p.is_file())
+    assert MARKER.encode() not in every and analyzer().analyze(MARKER)[0].encode() not in every
+    assert sorted(shard_seqs(lex)) == active_seqs(engine)
+
+
+def test_an_erasure_a_crash_interrupted_is_rebuilt_at_start(engine: Engine, tmp_path: Path) -> None:
+    directory = tmp_path / "index"
+    with engine.begin() as conn:
+        conn.execute(insert(memories), [row(0, "agent", "a1", f"the secret {MARKER} is here")])
+    victim = seq_of(engine, MARKER)
+    lex = opened(engine, directory)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE memories SET content = NULL, status = 'forgotten' WHERE seq = :s"),
+                     {"s": victim})
+    lex.catch_up()
+    lex.save()  # the log entry is trimmed: only the manifest remembers the shard to rebuild
+    lex.close()  # the process ends here, before the rebuild
+    assert json.loads((directory / "manifest.json").read_text())["pending"] == [victim // SHARD_ROWS]
+    opened(engine, directory)
+    assert marker_freq(directory) == 0
+
+
+def test_a_small_store_gets_no_index_and_its_writes_no_log(engine: Engine, tmp_path: Path) -> None:
+    lex = LexSet(engine, tmp_path / "index", min_rows=N + 1, shard_rows=SHARD_ROWS)
+    assert not lex.open() and lex.state == "waiting"
+    with engine.connect() as conn:
+        assert not lex_set.has_log(conn)
+    fill(engine, 1, start=N)
+    assert lex.open() and lex.status()["docs"] == N + 1
