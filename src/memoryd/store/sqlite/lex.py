@@ -28,6 +28,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from memoryd.privatefs import make_dirs
+
 TOKENIZER = "memoryd_en"
 #: The heap of a writer that applies the log (tantivy's floor is 15 MB per thread).
 APPLY_HEAP = 20_000_000
@@ -74,7 +76,7 @@ class Shard:
         if (path / "meta.json").exists():
             self.index = tantivy.Index.open(str(path))
         else:
-            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_dirs(path)
             self.index = tantivy.Index(_schema(), path=str(path), reuse=True)
         self.index.register_tokenizer(TOKENIZER, analyzer())
         self.schema = self.index.schema

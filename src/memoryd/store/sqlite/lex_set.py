@@ -133,7 +133,9 @@ class LexSet:
         self.applied = 0
         self.saved_log_id = 0
         self.generation = 0
-        self.pending: set[int] = set()  # shards to rebuild: an erased text's words are in them
+        #: Shards to rebuild (an erased text's words are in them), with how many erasures marked
+        #: each: a rebuild clears a shard's mark only if no erasure marked it again meanwhile.
+        self.pending: dict[int, int] = {}
         self.ready = threading.Event()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -205,7 +207,10 @@ class LexSet:
         t0 = time.perf_counter()
         with read_only(self.engine) as conn:
             logged = has_log(conn)
-        if not logged:
+        if logged:
+            with self.engine.begin() as conn:
+                ensure_log(conn)  # the triggers again, should a table rebuild have dropped them
+        else:
             with read_only(self.engine) as conn:
                 active = int(conn.exec_driver_sql(
                     "SELECT count(*) FROM memories WHERE status = ?", (INDEXED_STATUS,)).scalar_one())
@@ -260,7 +265,7 @@ class LexSet:
         with self._lock:
             self.shards = shards
             self.applied = since
-            self.pending.clear()
+            self.pending = {}
         self.build_seconds = time.perf_counter() - t0
 
     def _build_shard(self, number: int) -> Shard:
@@ -282,9 +287,15 @@ class LexSet:
             lo = int(chunk[-1][0]) + 1
 
     def rebuild_pending(self) -> None:
-        """Rebuild each shard an erasure marked, then replace it: its old files are wiped."""
+        """Rebuild each shard an erasure marked, then replace it: its old files are wiped.
+
+        A shard stays marked until its old files are gone, and when an erasure marked it again
+        while it was rebuilt (the builder may have read that row before its text was erased),
+        it is rebuilt once more."""
         while self.pending and not self._stop.is_set():
-            number = min(self.pending)
+            with self._lock:
+                number = min(self.pending)
+                marks = self.pending[number]  # read before ``since``: a later erasure counts
             with read_only(self.engine) as conn:
                 since = _last_log_id(conn)
             with self._lock:
@@ -301,13 +312,16 @@ class LexSet:
                 fresh.commit()
                 old = self.shards.get(number)
                 self.shards[number] = fresh
-                self.pending.discard(number)
                 self.rebuilds += 1
                 self.save()  # names the new directory before the old one is wiped
             if old is not None:
                 self._quiesce()
                 old.close()
                 wipe(old.path)
+            with self._lock:
+                if self.pending.get(number) == marks:
+                    del self.pending[number]
+                self.save()
             log.info("lex.shard_rebuilt", shard=number, docs=fresh.docs())
 
     # -- the log -----------------------------------------------------------------------------
@@ -327,7 +341,10 @@ class LexSet:
                     touched = self._apply_rows(conn, seqs, self.shards, create=True)
                 for number in touched:
                     self.shards[number].commit()
-                self.pending.update(int(r[1]) // self.shard_rows for r in rows if r[2])
+                for r in rows:
+                    if r[2]:
+                        number = int(r[1]) // self.shard_rows
+                        self.pending[number] = self.pending.get(number, 0) + 1
                 self.applied = int(rows[-1][0])
                 done += len(rows)
         return done
@@ -463,7 +480,7 @@ class LexSet:
             self.shards = shards
             self.applied = int(manifest["log_id"])
             self.generation = int(manifest.get("generation", 0))
-            self.pending = {int(n) for n in manifest.get("pending", [])}
+            self.pending = {int(n): 1 for n in manifest.get("pending", [])}
         keep = {s.path.name for s in shards.values()}
         for path in self.dir.glob("shard-*"):
             if path.name not in keep:  # a build or rebuild a crash interrupted
