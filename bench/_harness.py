@@ -609,6 +609,31 @@ def strip_stop_words(query: str) -> str:
     return " ".join(words) or query
 
 
+#: Daemon config that builds the lexical index (store/sqlite/lex_set.py) however small the store:
+#: ``--lexical-index`` in the recall benches measures it on their labelled sets.
+LEXICAL_INDEX_CONFIG = {"lexical_index_min_rows": 1}
+
+
+def wait_lexical_index(daemon: Daemon, timeout_s: float = 900.0, *,
+                       required: bool = False) -> dict[str, Any] | None:
+    """Until the daemon's lexical index is ready and caught up (or, unless ``required``, known
+    not to be needed: a store below its threshold, a PostgreSQL store); its status."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        li: dict[str, Any] | None = daemon.call("daemon.status").get("lexical_index")
+        if li is not None and li.get("error"):
+            daemon.stop()
+            raise SystemExit(f"the lexical index failed: {li['error']}")
+        if li is not None and li["ready"] and li["behind"] == 0:
+            return li
+        if not required and (li is None or li["state"] == "waiting"):
+            return li
+        if time.monotonic() > deadline:
+            daemon.stop()
+            raise SystemExit(f"the lexical index was not ready in {timeout_s:.0f} s: {li}")
+        time.sleep(0.5)
+
+
 def wait_vector_leg(daemon: Daemon, timeout_s: float = 300.0, **owner: str) -> None:
     """Until a vector search (under ``owner``'s fields) answers as one: the daemon's embedder
     has loaded. Stops the daemon and ends the run when it never does."""

@@ -143,6 +143,10 @@ def main() -> None:
     parser.add_argument("--postgres", action="store_true",
                         help="notes only: run the daemon on an embedded PostgreSQL 18 + pgvector 0.8 "
                              "(tests/postgres.py) instead of SQLite")
+    parser.add_argument("--lexical-index", action="store_true",
+                        help="build the daemon's lexical index (tantivy shards, store/sqlite/lex_set.py) "
+                             "however small the store, so the lexical leg is the index's and not FTS5's "
+                             "(the daemon builds it past lexical_index_min_rows active memories)")
     parser.add_argument("--sweep", action="store_true",
                         help="conversations only: also re-fuse the tuning half's legs offline under "
                              "ranking variants (bench/studies/recall_sweep.py)")
@@ -150,7 +154,7 @@ def main() -> None:
     if args.set == "conversations":
         import recall_conversations  # the conversational set's bench (it does not import this one)
 
-        recall_conversations.main(args.quick, args.keep, args.reuse, args.sweep)
+        recall_conversations.main(args.quick, args.keep, args.reuse, args.sweep, args.lexical_index)
         return
     h.banner("recall", f"{DATA.relative_to(DATA.parents[2])}: recall@5/@10 and MRR@10 per mode", args.quick)
     data = json.loads(DATA.read_text())
@@ -172,8 +176,8 @@ def main() -> None:
             db_url = stack.enter_context(server.database("recall"))
             print("store: PostgreSQL 18 + pgvector 0.8 (embedded)")
         root = stack.enter_context(h.workdir("recall", keep=args.keep))
-        daemon = stack.enter_context(h.Daemon(root, embedder="bundled", config={"governor_enabled": False},
-                                              db_url=db_url))
+        config = {"governor_enabled": False, **(h.LEXICAL_INDEX_CONFIG if args.lexical_index else {})}
+        daemon = stack.enter_context(h.Daemon(root, embedder="bundled", config=config, db_url=db_url))
         run_notes(args, daemon, data, reader, sets, answers)
 
 
@@ -184,7 +188,9 @@ def run_notes(args: Any, daemon: h.Daemon, data: dict[str, Any], reader: dict[st
     to_label = load(daemon, data)
     h.wait_drained(daemon, "embed")
     h.wait_vector_leg(daemon)
-    print(f"loaded and embedded in {time.perf_counter() - t0:.1f} s")
+    lexical_index = h.wait_lexical_index(daemon, required=args.lexical_index)
+    print(f"loaded and embedded in {time.perf_counter() - t0:.1f} s"
+          + (f"; lexical index {lexical_index}" if args.lexical_index else ""))
 
     def ask(query: str, mode: str, k: int, explain: bool = False) -> dict[str, Any]:
         result: dict[str, Any] = daemon.call("memory.search", {
@@ -223,7 +229,7 @@ def run_notes(args: Any, daemon: h.Daemon, data: dict[str, Any], reader: dict[st
 
     if not args.quick:
         result["variants"] = sweep(sets, answers, ask, labels, daemon_hybrid)
-    h.save("recall", result, args.quick)
+    h.save("recall_lexical_index" if args.lexical_index else "recall", result, args.quick)
 
 
 def sweep(sets: dict[str, list[dict[str, Any]]], answers: dict[str, list[set[str]]],

@@ -225,7 +225,8 @@ def _root(reuse: Path | None, keep: bool) -> Iterator[Path]:
     yield reuse.resolve()
 
 
-def main(quick: bool, keep: bool, reuse: Path | None = None, sweep: bool = False) -> None:
+def main(quick: bool, keep: bool, reuse: Path | None = None, sweep: bool = False,
+         lexical_index: bool = False) -> None:
 
     what = "hit@k, recall@k, MRR@10 and session hit@10 per mode"
     h.banner("recall --set conversations", f"{DATA.relative_to(DATA.parents[2])}: {what}", quick)
@@ -239,7 +240,8 @@ def main(quick: bool, keep: bool, reuse: Path | None = None, sweep: bool = False
           f"{n_turns} turns, {len(questions)} questions; source {source_state()}")
 
     with _root(reuse, keep) as root, \
-            h.Daemon(root, embedder="bundled", config={"governor_enabled": False}) as daemon:
+            h.Daemon(root, embedder="bundled", config={
+                "governor_enabled": False, **(h.LEXICAL_INDEX_CONFIG if lexical_index else {})}) as daemon:
         t0 = time.perf_counter()
         saved = root / TURNS_FILE
         if saved.exists():
@@ -252,6 +254,8 @@ def main(quick: bool, keep: bool, reuse: Path | None = None, sweep: bool = False
         written_s = time.perf_counter() - t0
         h.wait_drained(daemon, "embed")
         h.wait_vector_leg(daemon)
+        if lexical_index:
+            print(f"lexical index: {h.wait_lexical_index(daemon, required=True)}")
         embedded_s = time.perf_counter() - t0
         if reuse is not None and not saved.exists():
             saved.write_text(json.dumps(to_turn))
@@ -291,7 +295,7 @@ def main(quick: bool, keep: bool, reuse: Path | None = None, sweep: bool = False
     summary = summarise(per_question, questions)
     print_tables(summary)
     print_peer_table(summary, ms)
-    h.save("recall_conversations", {
+    h.save("recall_conversations_lexical_index" if lexical_index else "recall_conversations", {
         "source": source_state(), "n_dialogues": len(dialogues), "n_turns": n_turns,
         "n_questions": {half: sum(q["half"] == half for q in questions) for half in HALVES},
         "timings_s": {"write": written_s, "embedded": embedded_s, "search": search_s},

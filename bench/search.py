@@ -517,14 +517,7 @@ def start_daemon(root: Path, data_dir: Path, label: str) -> h.Daemon:
     daemon.index_ready_s = time.perf_counter() - warm  # type: ignore[attr-defined]
     daemon.vector_index = vi  # type: ignore[attr-defined]
     # The lexical index (store/sqlite/lex_set.py) of a store past lexical_index_min_rows, the same.
-    while True:
-        li = daemon.call("daemon.status").get("lexical_index")
-        if li is None or li["state"] == "waiting" or (li["ready"] and li["behind"] == 0):
-            break
-        if li.get("error"):
-            raise SystemExit(f"the lexical index failed: {li['error']}")
-        time.sleep(1.0)
-    daemon.lexical_index = li  # type: ignore[attr-defined]
+    daemon.lexical_index = h.wait_lexical_index(daemon)  # type: ignore[attr-defined]
     return daemon
 
 
