@@ -63,6 +63,7 @@ from _harness import (
     print_table,
     queue_open,
     save,
+    wait_lexical_index,
     workdir,
 )
 from memoryd.store.memories import content_hash
@@ -162,7 +163,8 @@ def run_import(daemon: Daemon, path: Path, extra: list[str] | None = None) -> di
 def wait_searchable(daemon: Daemon, n: int, timeout_s: float = 3600.0,
                     index_on: bool = True) -> dict[str, Any]:
     """Wait until daemon.status says the vector index is ready and holds every logged vector
-    (behind 0), then time a hybrid search that must answer imported rows. ``index_on`` False:
+    (behind 0), and the lexical index too when the store is large enough to have one, then time
+    a hybrid search that must answer imported rows. ``index_on`` False:
     the daemon keeps no graphs (vector_index false), its searches scan vec0 exactly."""
     t0 = time.perf_counter()
     index: dict[str, Any] = {}
@@ -173,14 +175,16 @@ def wait_searchable(daemon: Daemon, n: int, timeout_s: float = 3600.0,
         time.sleep(0.5)
     if index_on and not (index.get("ready") and index.get("behind") == 0):
         raise SystemExit(f"the vector index did not catch up in {timeout_s:.0f} s: {index}")
+    # A store past lexical_index_min_rows: its lexical index (tantivy shards) caught up too.
+    lexical = wait_lexical_index(daemon, timeout_s) if index_on else None
     waited = time.perf_counter() - t0
     s0 = time.perf_counter()
     hits = daemon.call("memory.search", {"query": "deploy postgres staging", "agent_id": "a1", "k": 10})
     search_ms = (time.perf_counter() - s0) * 1000
     if not hits["results"]:
         raise SystemExit("a hybrid search found none of the imported rows")
-    return {"index_wait_s": waited, "index": index, "search_ms": search_ms, "mode_used": hits["mode_used"],
-            "hits": len(hits["results"]), "n": n}
+    return {"index_wait_s": waited, "index": index, "lexical_index": lexical, "search_ms": search_ms,
+            "mode_used": hits["mode_used"], "hits": len(hits["results"]), "n": n}
 
 
 def warm_embedder(daemon: Daemon, timeout_s: float = 300.0) -> None:
