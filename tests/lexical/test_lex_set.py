@@ -358,3 +358,75 @@ def test_an_erasure_during_its_shards_rebuild_rebuilds_it_again(engine: Engine, 
     lex.rebuild_pending()
     assert erased == [number] and not lex.pending
     assert marker_freq(directory) == 0
+
+
+def test_a_word_the_shards_cannot_hold_is_answered_by_fts5(engine: Engine, tmp_path: Path) -> None:
+    held, long = "数据库连接超时" * 3, "数据库连接超时问题" * 12  # 63 and 324 bytes, one word each
+    with engine.begin() as conn:
+        conn.execute(insert(memories), [row(0, "agent", "a1", f"note {held}"),
+                                        row(0, "agent", "a1", f"note {long}")])
+    lex = opened(engine, tmp_path / "index")
+    reader = Reader(agent_id="a1")
+    with engine.connect() as conn:
+        assert lex.top(conn, [held], keys=["agent:a1"], statuses=["active"], kind=None, fetch=10)
+        assert lex.top(conn, [long], keys=["agent:a1"], statuses=["active"], kind=None, fetch=10) is None
+    assert search(engine, long, reader) == fts5(engine, long, reader) == [seq_of(engine, long)]
+    mixed = f"deploy {long}"
+    assert search(engine, mixed, reader, limit=30) == fts5(engine, mixed, reader, limit=30)
+
+
+def test_a_manifest_older_than_the_logs_trim_is_rebuilt(engine: Engine, tmp_path: Path) -> None:
+    directory = tmp_path / "index"
+    lex = opened(engine, directory)
+    old = (directory / "manifest.json").read_text()  # an index directory from a backup, say
+    fill(engine, 50, start=N)
+    lex.catch_up()
+    lex.save()  # the log is trimmed past the old manifest's id
+    lex.close()
+    (directory / "manifest.json").write_text(old)
+    again = opened(engine, directory)
+    assert again.build_seconds is not None
+    assert sorted(shard_seqs(again)) == active_seqs(engine)
+
+
+class FakePanic(BaseException):
+    """What pyo3 raises for a Rust panic (PanicException derives from BaseException)."""
+
+
+def test_a_panic_in_the_index_thread_fails_the_index_and_fts5_answers(engine: Engine,
+                                                                      tmp_path: Path) -> None:
+    lex = LexSet(engine, tmp_path / "index", min_rows=1, shard_rows=SHARD_ROWS)
+    lex_set.attach(engine, lex)
+
+    def panic(*args: Any, **kwargs: Any) -> None:
+        raise FakePanic("called `Option::unwrap()` on a `None` value")
+
+    lex.rebuild_pending = panic  # type: ignore[method-assign]
+    lex.start()
+    lex._thread.join(timeout=60)  # type: ignore[union-attr]
+    assert lex.state == "failed" and lex.error is not None and "FakePanic" in lex.error
+    assert not lex.ready.is_set()
+    scope, owner = OWNERS[7 % 3]
+    assert search(engine, unique(7), reader_of(scope, owner)) == [seq_of(engine, unique(7))]
+
+
+def test_a_panic_in_a_search_is_answered_by_fts5(engine: Engine, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    lex = opened(engine, tmp_path / "index")
+
+    def panic(*args: Any, **kwargs: Any) -> None:
+        raise FakePanic("index out of bounds")
+
+    monkeypatch.setattr(lex, "top", panic)
+    reader = Reader(agent_id="a1")
+    query = "deploy timeout"
+    assert search(engine, query, reader, limit=20) == fts5(engine, query, reader, limit=20)
+
+
+def test_the_thread_applies_the_log_a_page_at_a_time(engine: Engine, tmp_path: Path) -> None:
+    lex = opened(engine, tmp_path / "index")
+    fill(engine, 2 * lex_set.LOG_PAGE + 10, start=N)
+    assert lex.catch_up(budget_s=0.0) == lex_set.LOG_PAGE  # then it saves, rebuilds, looks again
+    assert lex.behind() == lex_set.LOG_PAGE + 10
+    lex.catch_up()
+    assert lex.behind() == 0 and sorted(shard_seqs(lex)) == active_seqs(engine)

@@ -238,12 +238,11 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
 
 def _reindex_lexical(cfg: Any, engine: Any, as_json: bool) -> dict[str, Any]:
     """Drop the tantivy shards and build them again when the store is large enough for them."""
-    import shutil
-
     from memoryd.store.sqlite import lex_set
+    from memoryd.store.sqlite.lex import wipe
 
     directory = cfg.resolved_data_dir() / "index" / "lexical"
-    shutil.rmtree(directory, ignore_errors=True)
+    wipe(directory)  # zeros first: a shard an erasure marked still holds the erased words
     out: dict[str, Any] = {"built": False, "directory": str(directory)}
     if not cfg.lexical_index:
         with engine.begin() as conn:

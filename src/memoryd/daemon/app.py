@@ -190,12 +190,16 @@ class Daemon:
         if not is_sqlite(engine):
             return
         from memoryd.store.sqlite import lex_set
+        from memoryd.store.sqlite.lex import wipe
 
+        directory = self.data_dir / "index" / "lexical"
         if not self.cfg.lexical_index:
+            # Nothing logs changes or erasures from now on: the files go with the log.
             with engine.begin() as conn:
                 lex_set.drop_log(conn)
+            wipe(directory)
             return
-        self.lex = lex_set.LexSet(engine, self.data_dir / "index" / "lexical",
+        self.lex = lex_set.LexSet(engine, directory,
                                   min_rows=self.cfg.lexical_index_min_rows,
                                   shard_rows=self.cfg.lexical_index_shard_rows)
         self.lex.start()

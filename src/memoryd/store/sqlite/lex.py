@@ -36,9 +36,9 @@ APPLY_HEAP = 20_000_000
 #: The heap and threads of a writer that builds a shard from the store.
 BUILD_HEAP = 128_000_000
 BUILD_THREADS = 2
-#: Tokens longer than this are dropped (base64 blobs, hashes): they cost index space and are
-#: never typed into a query.
-MAX_TOKEN = 64
+#: Tokens longer than this many bytes are left out of the shards (base64 blobs; a run of about
+#: 85 CJK characters): a query with such a word is answered by FTS5, which keeps them.
+MAX_TOKEN = 255
 
 Row = tuple[int, str, str, str | None]  # seq, content, scope key, kind
 
@@ -159,10 +159,15 @@ class Queries:
     def __init__(self) -> None:
         self.an = analyzer()
 
-    def tokens(self, words: Sequence[str]) -> list[str]:
+    def tokens(self, words: Sequence[str]) -> list[str] | None:
+        """The index terms of a query's words, or None when a word has none (longer than
+        MAX_TOKEN, say: the shards dropped it, FTS5 kept it)."""
         out: list[str] = []
         for word in words:
-            for token in self.an.analyze(word):
+            found = self.an.analyze(word)
+            if not found:
+                return None
+            for token in found:
                 if token not in out:
                     out.append(token)
         return out

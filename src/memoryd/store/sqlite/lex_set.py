@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -63,8 +64,12 @@ from memoryd.store.sqlite.lex import Queries, Row, Shard, build, wipe
 
 log = structlog.get_logger(__name__)
 
-FORMAT = 1
+FORMAT = 2  # 2: the manifest names the log's history
 LOG_TABLE = "lexical_index_log"
+#: One row: the log's history (a random id made with the log: a manifest of another history
+#: describes shards this log never fed) and the id the log was trimmed to (the entries up to it
+#: are gone: a manifest older than that missed them).
+STATE_TABLE = "lexical_index_state"
 _TRIGGERS = ("lexical_index_log_mi", "lexical_index_log_md", "lexical_index_log_mu")
 #: The change log and its triggers, created when the store first reaches ``min_rows`` (a small
 #: store's writes pay nothing for an index it does not have).
@@ -79,6 +84,8 @@ LOG_DDL = [
     "ON memories WHEN new.content IS NOT old.content OR new.status IS NOT old.status "
     "OR new.kind IS NOT old.kind OR new.scope IS NOT old.scope OR new.owner IS NOT old.owner BEGIN "
     f"INSERT INTO {LOG_TABLE} (memory_seq, erased) VALUES (new.seq, new.content IS NOT old.content); END",
+    f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (id INTEGER PRIMARY KEY CHECK (id = 1), "
+    "history TEXT NOT NULL, trimmed_to INTEGER NOT NULL)",
 ]
 #: The one status the shards hold.
 INDEXED_STATUS = "active"
@@ -93,6 +100,10 @@ LOG_PAGE = 2000
 BUILD_CHUNK = 20_000
 #: The manifest is written at least this often while the log is being applied.
 SAVE_EVERY_S = 5.0
+#: The index thread applies the log for about this long before it saves and rebuilds.
+STEP_S = 2.0
+#: What is applied as the daemon stops, at most (the rest at the next start).
+STOP_BUDGET_S = 5.0
 
 _ROW_SQL = ("SELECT seq, content, scope || ':' || owner, kind FROM memories "
             "WHERE seq >= ? AND seq < ? AND status = ? AND content IS NOT NULL ORDER BY seq LIMIT ?")
@@ -106,17 +117,29 @@ def has_log(conn: Connection) -> bool:
 def ensure_log(conn: Connection) -> None:
     for statement in LOG_DDL:
         conn.exec_driver_sql(statement)
+    conn.exec_driver_sql(f"INSERT OR IGNORE INTO {STATE_TABLE} (id, history, trimmed_to) VALUES (1, ?, 0)",
+                         (uuid.uuid4().hex,))
 
 
 def drop_log(conn: Connection) -> None:
-    """Remove the log and its triggers (the index is turned off: nothing would read them)."""
+    """Remove the log and its triggers (the index is turned off: nothing would read them). The
+    caller wipes the index's files: changes and erasures after this are never logged."""
     for name in _TRIGGERS:
         conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
     conn.exec_driver_sql(f"DROP TABLE IF EXISTS {LOG_TABLE}")
+    conn.exec_driver_sql(f"DROP TABLE IF EXISTS {STATE_TABLE}")
 
 
 def _last_log_id(conn: Connection) -> int:
-    return int(conn.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {LOG_TABLE}").scalar_one())
+    """The last id the log issued (SQLite's AUTOINCREMENT counter: it stays when the log is
+    trimmed, where max(id) would fall back to 0)."""
+    issued = conn.exec_driver_sql("SELECT seq FROM sqlite_sequence WHERE name = ?", (LOG_TABLE,)).scalar()
+    return int(issued or 0)
+
+
+def _log_state(conn: Connection) -> tuple[str, int]:
+    row = conn.exec_driver_sql(f"SELECT history, trimmed_to FROM {STATE_TABLE} WHERE id = 1").one()
+    return str(row[0]), int(row[1])
 
 
 class LexSet:
@@ -172,19 +195,24 @@ class LexSet:
             while not self._stop.is_set() and not self.open():
                 self._wake.wait(timeout=60.0)  # a small store: look again in a minute
                 self._wake.clear()
+            busy = False
             while not self._stop.is_set():
-                self._wake.wait(timeout=1.0)
+                if not busy:
+                    self._wake.wait(timeout=1.0)
                 self._wake.clear()
-                self.catch_up()
+                busy = self.catch_up(budget_s=STEP_S) > 0 and self.behind() > 0
                 self.rebuild_pending()
                 if self.saved_log_id != self.applied and time.monotonic() - self._saved_at >= SAVE_EVERY_S:
                     self.save()
             if self.ready.is_set():
-                self.catch_up()
+                self.catch_up(budget_s=STOP_BUDGET_S)  # the rest at the next start, from the manifest
                 self.save()
         except InterruptedError:  # stopped during a build: built again at the next start
             pass
-        except Exception as exc:  # FTS5 answers every search meanwhile
+        except BaseException as exc:  # FTS5 answers every search meanwhile
+            if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                raise
+            # tantivy's panics reach Python as pyo3's PanicException, a BaseException.
             self.error = f"{type(exc).__name__}: {exc}"
             log.exception("lex.failed", error=self.error)
             self.ready.clear()
@@ -198,8 +226,10 @@ class LexSet:
             for shard in self.shards.values():
                 try:
                     shard.close()
-                except Exception:  # closing on the way out
-                    log.warning("lex.close_failed", shard=shard.number)
+                except BaseException as exc:  # closing on the way out (a panic included)
+                    if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                        raise
+                    log.warning("lex.close_failed", shard=shard.number, error=str(exc))
 
     def open(self) -> bool:
         """Load the saved shards (or build them when the store is large enough), apply the log,
@@ -221,8 +251,7 @@ class LexSet:
             with self.engine.begin() as conn:
                 ensure_log(conn)
         manifest = self._read_manifest()
-        if manifest is not None and not self._log_holds(int(manifest.get("log_id", 0))):
-            log.info("lex.manifest_ahead_of_log", log_id=manifest.get("log_id"), fix="rebuilding")
+        if manifest is not None and not self._log_holds(manifest):
             manifest = None
         if manifest is None:
             self._build_all()
@@ -237,14 +266,19 @@ class LexSet:
                  docs=self.docs(), built=manifest is None)
         return True
 
-    def _log_holds(self, log_id: int) -> bool:
-        """Whether the store's log has issued ``log_id`` (not so after the database was restored
-        from a backup, or the log was dropped and made again: the manifest then describes
-        another history)."""
+    def _log_holds(self, manifest: dict[str, Any]) -> bool:
+        """Whether this log can bring the manifest's shards in step: the same history (not a log
+        dropped and made again), every entry after the manifest's id still in it (not trimmed
+        past it), and that id issued (not a database restored from before it)."""
+        log_id = int(manifest.get("log_id", -1))
         with read_only(self.engine) as conn:
-            issued = conn.exec_driver_sql(
-                "SELECT seq FROM sqlite_sequence WHERE name = ?", (LOG_TABLE,)).scalar()
-        return log_id <= int(issued or 0)
+            history, trimmed_to = _log_state(conn)
+            issued = _last_log_id(conn)
+        if manifest.get("history") == history and trimmed_to <= log_id <= issued:
+            return True
+        log.info("lex.manifest_of_another_history", log_id=log_id, issued=issued, trimmed_to=trimmed_to,
+                 same_history=manifest.get("history") == history, fix="rebuilding")
+        return False
 
     # -- building ----------------------------------------------------------------------------
     def _build_all(self) -> None:
@@ -315,7 +349,8 @@ class LexSet:
                 self.rebuilds += 1
                 self.save()  # names the new directory before the old one is wiped
             if old is not None:
-                self._quiesce()
+                if not self._quiesce():
+                    return  # stopping: the next start wipes the directory no manifest names
                 old.close()
                 wipe(old.path)
             with self._lock:
@@ -325,18 +360,23 @@ class LexSet:
             log.info("lex.shard_rebuilt", shard=number, docs=fresh.docs())
 
     # -- the log -----------------------------------------------------------------------------
-    def catch_up(self, limit: int | None = None) -> int:
-        """Apply the log after ``applied`` (at most ``limit`` entries); return entries applied."""
+    def catch_up(self, limit: int | None = None, budget_s: float | None = None) -> int:
+        """Apply the log after ``applied`` (at most ``limit`` entries, for at most about
+        ``budget_s`` seconds); return entries applied. The lock is taken a page at a time, so a
+        search waits for one page at most, and a stop ends it between pages."""
         done = 0
-        with self._lock:
-            while limit is None or done < limit:
+        until = None if budget_s is None else time.monotonic() + budget_s
+        while limit is None or done < limit:
+            if done and (self._stop.is_set() or (until is not None and time.monotonic() > until)):
+                break
+            with self._lock:
                 page = LOG_PAGE if limit is None else min(LOG_PAGE, limit - done)
                 with read_only(self.engine) as conn:
                     rows = conn.exec_driver_sql(
                         f"SELECT id, memory_seq, erased FROM {LOG_TABLE} WHERE id > ? ORDER BY id LIMIT ?",
                         (self.applied, page)).all()
                     if not rows:
-                        break
+                        return done
                     seqs = list(dict.fromkeys(int(r[1]) for r in rows))
                     touched = self._apply_rows(conn, seqs, self.shards, create=True)
                 for number in touched:
@@ -402,7 +442,7 @@ class LexSet:
                 return None
         tokens = self.queries.tokens(words)
         if not tokens:
-            return []
+            return None  # a word the shards cannot hold (too long, no letters): FTS5's
         shards = list(self.shards.values())
         if not shards:
             return []
@@ -426,12 +466,18 @@ class LexSet:
                 del self._in_flight[epoch]
                 self._cv.notify_all()
 
-    def _quiesce(self, timeout_s: float = 10.0) -> None:
-        """Wait until every search that began before now has ended."""
+    def _quiesce(self, timeout_s: float = 10.0) -> bool:
+        """Wait until every search that began before now has ended; False when the daemon began
+        to stop first."""
         with self._cv:
             self._epoch += 1
             cutoff = self._epoch
-            self._cv.wait_for(lambda: all(e >= cutoff for e in self._in_flight), timeout=timeout_s)
+            while not self._cv.wait_for(lambda: all(e >= cutoff for e in self._in_flight), timeout=timeout_s):
+                if self._stop.is_set():
+                    return False
+                log.warning("lex.search_still_reading", waited_s=timeout_s,
+                            fix="the replaced shard is wiped when it ends")
+            return True
 
     # -- files -------------------------------------------------------------------------------
     def save(self) -> None:
@@ -440,7 +486,10 @@ class LexSet:
         it, once no search reads it, or at the next start."""
         with self._lock:
             make_dirs(self.dir)
-            manifest = {"format": FORMAT, "shard_rows": self.shard_rows, "log_id": self.applied,
+            with read_only(self.engine) as conn:
+                history, _ = _log_state(conn)
+            manifest = {"format": FORMAT, "history": history, "shard_rows": self.shard_rows,
+                        "log_id": self.applied,
                         "generation": self.generation, "pending": sorted(self.pending),
                         "shards": {str(n): s.path.name for n, s in self.shards.items()}}
             _write_json(self.dir / "manifest.json", manifest)
@@ -448,6 +497,8 @@ class LexSet:
             self._saved_at = time.monotonic()
             with self.engine.begin() as conn:
                 conn.exec_driver_sql(f"DELETE FROM {LOG_TABLE} WHERE id <= ?", (self.applied,))
+                conn.exec_driver_sql(f"UPDATE {STATE_TABLE} SET trimmed_to = max(trimmed_to, ?) WHERE id = 1",
+                                     (self.applied,))
 
     def _read_manifest(self) -> dict[str, Any] | None:
         path = self.dir / "manifest.json"
@@ -486,16 +537,17 @@ class LexSet:
             if path.name not in keep:  # a build or rebuild a crash interrupted
                 wipe(path)
 
+    def behind(self) -> int:
+        with read_only(self.engine) as conn:
+            return max(0, _last_log_id(conn) - self.applied)
+
     def docs(self) -> int:
         return sum(s.docs() for s in list(self.shards.values()))
 
     def status(self) -> dict[str, Any]:
         """What ``memoryd status`` shows of the lexical index (``behind``: log entries not
         applied yet; ``rebuilding``: shards an erasure marked)."""
-        behind = 0
-        if self.ready.is_set():
-            with read_only(self.engine) as conn:
-                behind = max(0, _last_log_id(conn) - self.applied)
+        behind = self.behind() if self.ready.is_set() else 0
         return {"state": self.state, "ready": self.ready.is_set(), "shards": len(self.shards),
                 "docs": self.docs(), "behind": behind, "rebuilding": len(self.pending),
                 "min_rows": self.min_rows, "shard_rows": self.shard_rows, "error": self.error}

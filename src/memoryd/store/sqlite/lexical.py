@@ -98,7 +98,10 @@ def _from_index(conn: Connection, index: lex_set.LexSet, req: SearchRequest, now
     while fetch <= LEX_MAX_FETCH:
         try:
             hits = index.top(conn, terms.words, keys=keys, statuses=statuses, kind=req.kind, fetch=fetch)
-        except Exception as exc:  # the store still answers, by FTS5
+        except BaseException as exc:  # the store still answers, by FTS5
+            # tantivy's panics reach Python as pyo3's PanicException, a BaseException.
+            if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                raise
             log.warning("lex.search_failed", error=f"{type(exc).__name__}: {exc}", fix="answered by FTS5")
             return None
         if hits is None:
