@@ -430,3 +430,35 @@ def test_the_thread_applies_the_log_a_page_at_a_time(engine: Engine, tmp_path: P
     assert lex.behind() == lex_set.LOG_PAGE + 10
     lex.catch_up()
     assert lex.behind() == 0 and sorted(shard_seqs(lex)) == active_seqs(engine)
+
+
+def test_a_busy_writer_defers_the_logs_trim_and_fails_nothing(engine: Engine, tmp_path: Path) -> None:
+    """A large import keeps the store's writer busy: the index thread's trim waits past the busy
+    timeout; it must give up quietly (the thread died with 'database is locked' at 786,000
+    imported rows), and trim at a later save."""
+    from memoryd.store import driver
+
+    url = str(engine.url)
+    impatient = create_store_engine(url, busy_timeout_ms=50)
+    try:
+        lex = LexSet(impatient, tmp_path / "index", min_rows=1, shard_rows=SHARD_ROWS)
+        assert lex.open()
+        fill(engine, 20, start=N)
+        lex.catch_up()
+        writer = driver.connect(url.removeprefix("sqlite:///"))
+        writer.execute("BEGIN IMMEDIATE")  # the import's writer, holding the lock
+        try:
+            lex.save()  # must not raise
+            assert json.loads((tmp_path / "index" / "manifest.json").read_text())["log_id"] == lex.applied
+        finally:
+            writer.rollback()
+            writer.close()
+        with engine.connect() as conn:
+            left = conn.execute(text(f"SELECT count(*) FROM {lex_set.LOG_TABLE}")).scalar_one()
+        assert left == 20  # not trimmed yet
+        lex.save()
+        with engine.connect() as conn:
+            assert conn.execute(text(f"SELECT count(*) FROM {lex_set.LOG_TABLE}")).scalar_one() == 0
+        lex.close()
+    finally:
+        impatient.dispose()

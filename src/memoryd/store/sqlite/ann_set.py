@@ -41,7 +41,6 @@ PostgreSQL needs none of this: pgvector's HNSW index lives in the database.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -52,9 +51,10 @@ import numpy as np
 import structlog
 from sqlalchemy import Connection, Engine
 
-from memoryd.privatefs import make_dirs, open_private
+from memoryd.privatefs import make_dirs
 from memoryd.store.engine import read_only
 from memoryd.store.sqlite.ann import OwnerIndex
+from memoryd.store.sqlite.sidecar import trim_log, write_json
 
 log = structlog.get_logger(__name__)
 
@@ -440,14 +440,13 @@ class AnnSet:
                 files[str(owner)] = {"file": graph.path.name, "count": int(graph.index.element_count)}
             manifest = {"format": FORMAT, "dim": self.dim, "model": self.model, "log_id": self.applied,
                         "generation": gen, "owners": files}
-            _write_json(self.dir / "manifest.json", manifest)
+            write_json(self.dir / "manifest.json", manifest)
             self.generation, self.saved_log_id = gen, self.applied
             keep = {entry["file"] for entry in files.values()} | {"manifest.json"}
             for path in self.dir.iterdir():
                 if path.name not in keep:
                     path.unlink()
-            with self.engine.begin() as conn:
-                conn.exec_driver_sql("DELETE FROM vector_index_log WHERE id <= ?", (self.applied,))
+            trim_log(self.engine, [("DELETE FROM vector_index_log WHERE id <= ?", (self.applied,))])
 
     def _read_manifest(self) -> dict[str, Any] | None:
         path = self.dir / "manifest.json"
@@ -509,21 +508,6 @@ def _resized(arr: np.ndarray, size: int, fill: int) -> np.ndarray:
     out = np.full(size, fill, dtype=arr.dtype)
     out[: len(arr)] = arr
     return out
-
-
-def _write_json(path: Path, value: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
-    with os.fdopen(fd, "w") as f:
-        json.dump(value, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 _ATTACHED: dict[int, AnnSet] = {}

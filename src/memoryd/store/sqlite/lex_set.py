@@ -56,11 +56,12 @@ from typing import Any
 
 import structlog
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import OperationalError
 
 from memoryd.privatefs import make_dirs
 from memoryd.store.engine import read_only
-from memoryd.store.sqlite.ann_set import _write_json
 from memoryd.store.sqlite.lex import Queries, Row, Shard, build, wipe
+from memoryd.store.sqlite.sidecar import is_busy, trim_log, write_json
 
 log = structlog.get_logger(__name__)
 
@@ -238,8 +239,9 @@ class LexSet:
         with read_only(self.engine) as conn:
             logged = has_log(conn)
         if logged:
-            with self.engine.begin() as conn:
-                ensure_log(conn)  # the triggers again, should a table rebuild have dropped them
+            # The triggers again, should a table rebuild have dropped them.
+            if not self._create_log():
+                return False
         else:
             with read_only(self.engine) as conn:
                 active = int(conn.exec_driver_sql(
@@ -248,8 +250,8 @@ class LexSet:
                 self.state = "waiting"
                 return False
             self.state = "opening"
-            with self.engine.begin() as conn:
-                ensure_log(conn)
+            if not self._create_log():
+                return False
         manifest = self._read_manifest()
         if manifest is not None and not self._log_holds(manifest):
             manifest = None
@@ -265,6 +267,22 @@ class LexSet:
         log.info("lex.open", ms=round((time.perf_counter() - t0) * 1000, 1), shards=len(self.shards),
                  docs=self.docs(), built=manifest is None)
         return True
+
+    def _create_log(self, attempts: int = 30) -> bool:
+        """Create the log, its triggers and its state row; False when the store's writer stayed
+        busy throughout (a large import: the thread looks again a minute later)."""
+        for _ in range(attempts):
+            try:
+                with self.engine.begin() as conn:
+                    ensure_log(conn)
+                return True
+            except OperationalError as exc:
+                if not is_busy(exc) or self._stop.is_set():
+                    raise
+                time.sleep(1.0)
+        log.info("lex.log_not_created", reason="the store's writer stayed busy",
+                 fix="trying again in a minute")
+        return False
 
     def _log_holds(self, manifest: dict[str, Any]) -> bool:
         """Whether this log can bring the manifest's shards in step: the same history (not a log
@@ -492,13 +510,13 @@ class LexSet:
                         "log_id": self.applied,
                         "generation": self.generation, "pending": sorted(self.pending),
                         "shards": {str(n): s.path.name for n, s in self.shards.items()}}
-            _write_json(self.dir / "manifest.json", manifest)
+            write_json(self.dir / "manifest.json", manifest)
             self.saved_log_id = self.applied
             self._saved_at = time.monotonic()
-            with self.engine.begin() as conn:
-                conn.exec_driver_sql(f"DELETE FROM {LOG_TABLE} WHERE id <= ?", (self.applied,))
-                conn.exec_driver_sql(f"UPDATE {STATE_TABLE} SET trimmed_to = max(trimmed_to, ?) WHERE id = 1",
-                                     (self.applied,))
+            trim_log(self.engine, [
+                (f"DELETE FROM {LOG_TABLE} WHERE id <= ?", (self.applied,)),
+                (f"UPDATE {STATE_TABLE} SET trimmed_to = max(trimmed_to, ?) WHERE id = 1", (self.applied,)),
+            ])
 
     def _read_manifest(self) -> dict[str, Any] | None:
         path = self.dir / "manifest.json"
