@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import psutil
 import pytest
 
-from memoryd.service.client import Client, ClientError
+from memoryd.service.client import Client, ClientError, NotRunning
 from tests.integration.harness import DaemonHandle, vector_bytes_sql, wait_until
 
 # Each test waits for a model load (up to 180 s) and a drain after restart (up to 600 s); on a
@@ -64,8 +64,8 @@ def _writer(daemon: DaemonHandle, n: int, log: WriteLog, stop: threading.Event, 
                 with log.lock:
                     log.errors.append(f"writer {n}: {exc}")
                 return
-            except (OSError, ValueError):  # killed mid-request (ValueError: a cut-off JSON line)
-                return
+            except (OSError, ValueError, NotRunning):  # killed mid-request (ValueError: a cut-off JSON
+                return  # line), or between two (NotRunning: reconnecting, it found the socket stale)
             with log.lock:
                 log.acked.append((result["id"], content))
             i += 1
