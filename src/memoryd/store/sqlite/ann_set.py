@@ -54,7 +54,7 @@ from sqlalchemy import Connection, Engine
 from memoryd.privatefs import make_dirs
 from memoryd.store.engine import read_only
 from memoryd.store.sqlite.ann import OwnerIndex
-from memoryd.store.sqlite.sidecar import trim_log, write_json
+from memoryd.store.sqlite.sidecar import IndexThread, Registry, read_manifest, trim_log, write_json
 
 log = structlog.get_logger(__name__)
 
@@ -149,11 +149,14 @@ class OwnerCounts:
         return sorted(((int(i), int(self._n[i])) for i in ids), key=lambda kv: -kv[1])
 
 
-class AnnSet:
+class AnnSet(IndexThread):
     """Every large owner's graph for one SQLite store, and what keeps them in step with it."""
+
+    thread_name = "memoryd-ann"
 
     def __init__(self, engine: Engine, directory: Path, *, min_rows: int = 20000, ef: int = 256,
                  threads: int = 2, save_every: int = 20000):
+        super().__init__()
         self.engine = engine
         self.dir = directory
         self.min_rows = min_rows
@@ -172,9 +175,6 @@ class AnnSet:
         self.saved_log_id = 0  # what the manifest on disk holds
         self.generation = 0
         self.ready = threading.Event()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.build_seconds: dict[int, float] = {}
         #: Graphs the last open() loaded from files (the rest it built).
         self.loaded_graphs = 0
@@ -185,19 +185,7 @@ class AnnSet:
         """Create the log (now, before any write) and open or build the graphs on a thread."""
         with self.engine.begin() as conn:
             ensure_log(conn)
-        self._thread = threading.Thread(target=self._run, name="memoryd-ann", daemon=True)
-        self._thread.start()
-
-    def wakeup(self) -> None:
-        """Something was committed: apply the log soon."""
-        self._wake.set()
-
-    def stop(self) -> None:
-        """Apply what is left, save the graphs and stop the thread."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join()
+        super().start()
 
     def _run(self) -> None:
         try:
@@ -449,13 +437,8 @@ class AnnSet:
             trim_log(self.engine, [("DELETE FROM vector_index_log WHERE id <= ?", (self.applied,))])
 
     def _read_manifest(self) -> dict[str, Any] | None:
-        path = self.dir / "manifest.json"
-        try:
-            manifest = json.loads(path.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            log.warning("ann.manifest_unreadable", path=str(path), error=str(exc), fix="rebuilding")
+        manifest = read_manifest(self.dir / "manifest.json", "ann.manifest_unreadable")
+        if manifest is None:
             return None
         if (manifest.get("format") != FORMAT or manifest.get("dim") != self.dim
                 or manifest.get("model") != self.model):
@@ -510,17 +493,8 @@ def _resized(arr: np.ndarray, size: int, fill: int) -> np.ndarray:
     return out
 
 
-_ATTACHED: dict[int, AnnSet] = {}
-
-
-def attach(engine: Engine, ann: AnnSet) -> None:
-    """Make ``engine``'s vector searches use ``ann`` (the daemon does this at start)."""
-    _ATTACHED[id(engine)] = ann
-
-
-def detach(engine: Engine) -> None:
-    _ATTACHED.pop(id(engine), None)
-
-
-def attached(engine: Engine) -> AnnSet | None:
-    return _ATTACHED.get(id(engine))
+#: The AnnSet that serves an engine's vector searches (the daemon attaches its own at start).
+_ATTACHED: Registry[AnnSet] = Registry()
+attach = _ATTACHED.attach
+detach = _ATTACHED.detach
+attached = _ATTACHED.attached

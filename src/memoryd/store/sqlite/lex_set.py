@@ -46,7 +46,6 @@ PostgreSQL needs none of this here.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -61,7 +60,7 @@ from sqlalchemy.exc import OperationalError
 from memoryd.privatefs import make_dirs
 from memoryd.store.engine import read_only
 from memoryd.store.sqlite.lex import Queries, Row, Shard, build, wipe
-from memoryd.store.sqlite.sidecar import is_busy, trim_log, write_json
+from memoryd.store.sqlite.sidecar import IndexThread, Registry, is_busy, read_manifest, trim_log, write_json
 
 log = structlog.get_logger(__name__)
 
@@ -143,11 +142,14 @@ def _log_state(conn: Connection) -> tuple[str, int]:
     return str(row[0]), int(row[1])
 
 
-class LexSet:
+class LexSet(IndexThread):
     """Every shard of one SQLite store's lexical index, and what keeps them in step with it."""
+
+    thread_name = "memoryd-lex"
 
     def __init__(self, engine: Engine, directory: Path, *, min_rows: int = 200_000,
                  shard_rows: int = 100_000):
+        super().__init__()
         self.engine = engine
         self.dir = directory
         self.min_rows = min_rows
@@ -161,9 +163,6 @@ class LexSet:
         #: each: a rebuild clears a shard's mark only if no erasure marked it again meanwhile.
         self.pending: dict[int, int] = {}
         self.ready = threading.Event()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._saved_at = 0.0
         self.queries = Queries()
         self.error: str | None = None
@@ -178,19 +177,6 @@ class LexSet:
         self._cv = threading.Condition()
 
     # -- life --------------------------------------------------------------------------------
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="memoryd-lex", daemon=True)
-        self._thread.start()
-
-    def wakeup(self) -> None:
-        self._wake.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join()
-
     def _run(self) -> None:
         try:
             while not self._stop.is_set() and not self.open():
@@ -519,13 +505,8 @@ class LexSet:
             ])
 
     def _read_manifest(self) -> dict[str, Any] | None:
-        path = self.dir / "manifest.json"
-        try:
-            manifest = json.loads(path.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            log.warning("lex.manifest_unreadable", path=str(path), error=str(exc), fix="rebuilding")
+        manifest = read_manifest(self.dir / "manifest.json", "lex.manifest_unreadable")
+        if manifest is None:
             return None
         if manifest.get("format") != FORMAT or manifest.get("shard_rows") != self.shard_rows:
             log.info("lex.manifest_stale", format=manifest.get("format"),
@@ -577,17 +558,8 @@ def _generation_of(name: str) -> int:
     return int(gen) if gen.isdigit() else 0
 
 
-_ATTACHED: dict[int, LexSet] = {}
-
-
-def attach(engine: Engine, lex: LexSet) -> None:
-    """Make ``engine``'s lexical searches use ``lex`` (the daemon does this at start)."""
-    _ATTACHED[id(engine)] = lex
-
-
-def detach(engine: Engine) -> None:
-    _ATTACHED.pop(id(engine), None)
-
-
-def attached(engine: Engine) -> LexSet | None:
-    return _ATTACHED.get(id(engine))
+#: The LexSet that serves an engine's lexical searches (the daemon attaches its own at start).
+_ATTACHED: Registry[LexSet] = Registry()
+attach = _ATTACHED.attach
+detach = _ATTACHED.detach
+attached = _ATTACHED.attached

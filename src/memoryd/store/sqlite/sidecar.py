@@ -1,13 +1,16 @@
-"""What the indexes beside a SQLite store share: the manifest written atomically, and the trim of
-their change log, which must never fail an index because the store's writer is busy."""
+"""What the indexes beside a SQLite store share (the HNSW graphs, store/sqlite/ann_set.py, and the
+lexical shards, store/sqlite/lex_set.py): the thread that keeps one in step, the registry that
+tells a search which one serves its engine, the manifest read and written atomically, and the
+trim of a change log, which must never fail an index because the store's writer is busy."""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import structlog
 from sqlalchemy import Engine
@@ -16,6 +19,67 @@ from sqlalchemy.exc import OperationalError
 from memoryd.privatefs import open_private
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+
+class IndexThread:
+    """The thread of an index beside the store: started by :meth:`start`, woken by
+    :meth:`wakeup` (something was committed), ended by :meth:`stop` (which waits for it)."""
+
+    thread_name = "memoryd-index"
+
+    def __init__(self) -> None:
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+        self._thread.start()
+
+    def wakeup(self) -> None:
+        """Something was committed: apply the log soon."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Ask the thread to finish (it applies what it can and saves) and wait for it."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Registry(Generic[T]):
+    """Which index serves an engine's searches (the daemon attaches its own at start)."""
+
+    def __init__(self) -> None:
+        self._by_engine: dict[int, T] = {}
+
+    def attach(self, engine: Engine, index: T) -> None:
+        self._by_engine[id(engine)] = index
+
+    def detach(self, engine: Engine) -> None:
+        self._by_engine.pop(id(engine), None)
+
+    def attached(self, engine: Engine) -> T | None:
+        return self._by_engine.get(id(engine))
+
+
+def read_manifest(path: Path, event: str) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when there is none, or it cannot be read (logged as
+    ``event``: the index is then rebuilt)."""
+    try:
+        value = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning(event, path=str(path), error=str(exc), fix="rebuilding")
+        return None
+    return dict(value) if isinstance(value, dict) else None
 
 
 def write_json(path: Path, value: dict[str, Any]) -> None:
