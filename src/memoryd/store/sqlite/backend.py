@@ -6,13 +6,11 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Connection, Select, Table, bindparam, func, select
+from sqlalchemy import ColumnElement, Connection, Select, Table
 from sqlalchemy.dialects import sqlite
 
 from memoryd.store.backend import Backend
-from memoryd.store.schema import memories
-from memoryd.store.sqlite import lexical, vectors
-from memoryd.store.sqlite.crossjoin import CrossJoin
+from memoryd.store.sqlite import crossjoin, lexical, vectors
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,15 +29,7 @@ class SqliteBackend(Backend):
         return sqlite.insert(table)
 
     def by_seq(self, columns: Sequence[ColumnElement[Any]], name: str) -> Select[Any]:
-        # A JSON array read by json_each (an expanding IN would recompile per list length),
-        # as the outer loop of a CROSS JOIN, which SQLite never reorders: each seq is one
-        # rowid lookup. As `seq IN (SELECT value FROM json_each(?))` with a status or scope
-        # condition, the planner walked ix_memories_status (or the reader's rows by
-        # ix_memories_identity, once ANALYZE had run) instead: 0.51 against 0.33 ms for
-        # the 200 candidates of a lexical leg at 10k memories.
-        wanted = func.json_each(bindparam(name, "[]")).table_valued("value").alias("wanted")
-        return select(*columns).select_from(
-            CrossJoin(wanted, memories, memories.c.seq == wanted.c.value))
+        return crossjoin.by_seq(columns, name)
 
     def seq_values(self, seqs: Sequence[int]) -> Any:
         return json.dumps([int(s) for s in seqs])

@@ -8,11 +8,15 @@ on SQLite (and as a plain JOIN elsewhere, where it means the same rows).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy import ColumnElement, Select, bindparam, func, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.selectable import Join
+
+from memoryd.store.schema import memories
 
 
 class CrossJoin(Join):
@@ -32,3 +36,16 @@ def _render(join: CrossJoin, compiler: SQLCompiler, asfrom: bool = False, from_l
     right = join.right._compiler_dispatch(compiler, asfrom=True, from_linter=from_linter, **kw)
     on = join.onclause._compiler_dispatch(compiler, from_linter=from_linter, **kw)
     return f"{left} CROSS JOIN {right} ON {on}"
+
+
+def by_seq(columns: Sequence[ColumnElement[Any]], name: str) -> Select[Any]:
+    """``columns`` of the memories whose seqs are in the JSON array bound as ``name``.
+
+    The array, read by json_each (an expanding IN would recompile per list length), is the
+    outer loop of a CROSS JOIN, which SQLite never reorders: each seq is one rowid lookup. As
+    `seq IN (SELECT value FROM json_each(?))` with a status or scope condition, the planner
+    walked ix_memories_status (or the reader's rows by ix_memories_identity, once ANALYZE had
+    run) instead: 0.51 against 0.33 ms for the 200 candidates of a lexical leg at 10k memories.
+    """
+    wanted = func.json_each(bindparam(name, "[]")).table_valued("value").alias("wanted")
+    return select(*columns).select_from(CrossJoin(wanted, memories, memories.c.seq == wanted.c.value))

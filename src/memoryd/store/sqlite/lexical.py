@@ -21,7 +21,7 @@ from memoryd.store.search_request import (
     statuses_for,
 )
 from memoryd.store.sqlite import lex_set
-from memoryd.store.sqlite.crossjoin import CrossJoin
+from memoryd.store.sqlite.crossjoin import CrossJoin, by_seq
 
 log = structlog.get_logger(__name__)
 
@@ -63,7 +63,7 @@ def lexical(conn: Connection, req: SearchRequest, now: str, limit: int) -> list[
     if match is None:
         return []
     index = lex_set.attached(conn.engine)
-    if index is not None:
+    if index is not None and index.ready.is_set():  # else FTS5's at once (a small store: always)
         found = _from_index(conn, index, req, now, limit)
         if found is not None:
             return found
@@ -121,12 +121,7 @@ def _from_index(conn: Connection, index: lex_set.LexSet, req: SearchRequest, now
 def _checked_rows(req: SearchRequest) -> Any:
     """The rows of the seqs in ``:seqs`` (a JSON array) that pass the request's filters, each
     looked up by key (CROSS JOIN: the array is the outer loop). Bound: ``:seqs``, ``:now``."""
-    wanted = func.json_each(bindparam("seqs", "[]", type_=String)).table_valued("value").alias("wanted")
-    return (
-        select(*CANDIDATE)
-        .select_from(CrossJoin(wanted, memories, memories.c.seq == wanted.c.value))
-        .where(row_filter(req, bindparam("now", "", type_=String)))
-    )
+    return by_seq(CANDIDATE, "seqs").where(row_filter(req, bindparam("now", "", type_=String)))
 
 
 def _ranked_rows(req: SearchRequest) -> Any:
