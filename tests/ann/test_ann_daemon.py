@@ -5,11 +5,10 @@ the vector or text in any index file."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,30 +17,21 @@ from sqlalchemy import text
 from memoryd.privatefs import make_dirs
 from memoryd.store.sqlite.ann import OwnerIndex
 from tests.ann._store import DIM, make_store
-from tests.search._daemon import SearchDaemon
+from tests.search._daemon import DaemonFolder, SearchDaemon
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def root() -> Iterator[Path]:
-    """A short folder (a socket path must fit in 108 bytes); every daemon started in it is
-    stopped at the end, a failed test's too."""
-    path = Path(tempfile.mkdtemp(prefix="ann-", dir="/tmp"))
-    yield path
-    for daemon in STARTED:
-        daemon.stop()
-    STARTED.clear()
-    shutil.rmtree(path, ignore_errors=True)
+def root() -> Iterator[DaemonFolder]:
+    folder = DaemonFolder("ann-")
+    yield folder
+    folder.close()
 
 
-STARTED: list[SearchDaemon] = []
+def new_daemon(root: DaemonFolder, label: str, config: dict[str, Any]) -> SearchDaemon:
+    return root.daemon(label, "bundled", config)
 
-
-def new_daemon(root: Path, label: str, config: dict) -> SearchDaemon:
-    daemon = SearchDaemon(root, label, "bundled", config)
-    STARTED.append(daemon)
-    return daemon
 
 OWNERS = {"agent:a1": 3000, "agent:a2": 1500, "user:u1": 200}
 CONFIG = {"vector_index_min_rows": 1000, "tick_interval_s": 1.0}
@@ -109,7 +99,7 @@ def add_vectors(daemon: SearchDaemon, owner: str, n: int, seed: int) -> None:
     own.dispose()
 
 
-def test_kill_9_while_building_and_while_updating_then_restart(root: Path) -> None:
+def test_kill_9_while_building_and_while_updating_then_restart(root: DaemonFolder) -> None:
     daemon = new_daemon(root, "ann", CONFIG)
     make_dirs(daemon.data_dir)
     engine, seqs, _ = make_store(daemon.data_dir / "memoryd.db", OWNERS)
@@ -144,7 +134,7 @@ def test_kill_9_while_building_and_while_updating_then_restart(root: Path) -> No
     assert not set(seqs["agent:a1"][:30]) & set().union(*saved.values())
 
 
-def test_forget_leaves_no_vector_or_text_bytes_in_any_index_file(root: Path) -> None:
+def test_forget_leaves_no_vector_or_text_bytes_in_any_index_file(root: DaemonFolder) -> None:
     daemon = new_daemon(root, "annf", {**CONFIG, "retention_interval_s": 1.0})
     make_dirs(daemon.data_dir)
     engine, seqs, _ = make_store(daemon.data_dir / "memoryd.db", OWNERS)

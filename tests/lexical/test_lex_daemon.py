@@ -8,8 +8,6 @@ import hashlib
 import json
 import random
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +24,7 @@ from memoryd.store.engine import create_store_engine
 from memoryd.store.ids import new_memory_id
 from memoryd.store.schema import memories
 from memoryd.store.sqlite.lex import Shard, analyzer
-from tests.search._daemon import SearchDaemon, stop_cleanly
+from tests.search._daemon import DaemonFolder, SearchDaemon, stop_cleanly
 
 pytestmark = pytest.mark.slow
 
@@ -39,25 +37,17 @@ CONFIG: dict[str, Any] = {"lexical_index_min_rows": 1000, "lexical_index_shard_r
 COMMON = ("deploy", "staging", "database", "review", "cache", "queue", "billing", "invoice", "running")
 MARKER = "zqxjmarkerword"
 WORD = re.compile(r"tok\d{5}x")
-STARTED: list[SearchDaemon] = []
 
 
 @pytest.fixture
-def root() -> Iterator[Path]:
-    """A short folder (a socket path must fit in 108 bytes); every daemon started in it is
-    stopped at the end, a failed test's too."""
-    path = Path(tempfile.mkdtemp(prefix="lex-", dir="/tmp"))
-    yield path
-    for daemon in STARTED:
-        daemon.stop()
-    STARTED.clear()
-    shutil.rmtree(path, ignore_errors=True)
+def root() -> Iterator[DaemonFolder]:
+    folder = DaemonFolder("lex-")
+    yield folder
+    folder.close()
 
 
-def new_daemon(root: Path, label: str, config: dict[str, Any]) -> SearchDaemon:
-    daemon = SearchDaemon(root, label, "none", config)  # lexical searches need no embedder
-    STARTED.append(daemon)
-    return daemon
+def new_daemon(root: DaemonFolder, label: str, config: dict[str, Any]) -> SearchDaemon:
+    return root.daemon(label, "none", config)  # lexical searches need no embedder
 
 
 def word(i: int) -> str:
@@ -146,7 +136,7 @@ def lex_ids(daemon: SearchDaemon, query: str, reader: dict[str, str]) -> list[st
     return daemon.search_ids(query, mode="lexical", k=100, **reader)
 
 
-def test_kill_9_while_building_and_while_updating_then_restart(root: Path) -> None:
+def test_kill_9_while_building_and_while_updating_then_restart(root: DaemonFolder) -> None:
     daemon = new_daemon(root, "lex", CONFIG)
     make_store(daemon)
     daemon.start()
@@ -209,7 +199,7 @@ def test_kill_9_while_building_and_while_updating_then_restart(root: Path) -> No
     assert all(s // SHARD_ROWS == n for n, found in seqs.items() for s in found)
 
 
-def test_forget_leaves_no_text_in_any_lexical_index_file(root: Path) -> None:
+def test_forget_leaves_no_text_in_any_lexical_index_file(root: DaemonFolder) -> None:
     daemon = new_daemon(root, "lexf", {**CONFIG, "retention_interval_s": 1.0})
     make_store(daemon, marker_at=1734)  # an a2 row
     daemon.start()

@@ -121,6 +121,20 @@ def active_seqs(engine: Engine) -> list[int]:
             text("SELECT seq FROM memories WHERE status = 'active' AND content IS NOT NULL")))
 
 
+def secret(engine: Engine) -> int:
+    """A row of a1 whose text holds MARKER; its seq."""
+    with engine.begin() as conn:
+        conn.execute(insert(memories), [row(0, "agent", "a1", f"the secret {MARKER} is here")])
+    return seq_of(engine, MARKER)
+
+
+def erase(engine: Engine, seq: int) -> None:
+    """What the retention pass does to a forgotten row: its text gone, the row kept."""
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE memories SET content = NULL, status = 'forgotten' WHERE seq = :s"),
+                     {"s": seq})
+
+
 def said(engine: Engine, query: str, seqs: list[int]) -> list[int]:
     """How many of the query's words each row's text says."""
     with engine.connect() as conn:
@@ -278,9 +292,7 @@ def test_a_manifest_of_another_history_is_rebuilt(engine: Engine, tmp_path: Path
 
 def test_an_erased_text_leaves_the_shard_files(engine: Engine, tmp_path: Path) -> None:
     directory = tmp_path / "index"
-    with engine.begin() as conn:
-        conn.execute(insert(memories), [row(0, "agent", "a1", f"the secret {MARKER} is here")])
-    victim = seq_of(engine, MARKER)
+    victim = secret(engine)
     lex = opened(engine, directory)
     assert marker_freq(directory) == 1  # control
     old_dir = lex.shards[victim // SHARD_ROWS].path
@@ -290,9 +302,7 @@ def test_an_erased_text_leaves_the_shard_files(engine: Engine, tmp_path: Path) -
     lex.catch_up()
     assert search(engine, MARKER, Reader(agent_id="a1")) == []
     assert not lex.pending  # a status change hides the row; only an erasure rebuilds
-    with engine.begin() as conn:
-        conn.execute(text("UPDATE memories SET content = NULL, status = 'forgotten' WHERE seq = :s"),
-                     {"s": victim})
+    erase(engine, victim)
     lex.catch_up()
     assert set(lex.pending) == {victim // SHARD_ROWS}
     lex.rebuild_pending()
@@ -305,13 +315,9 @@ def test_an_erased_text_leaves_the_shard_files(engine: Engine, tmp_path: Path) -
 
 def test_an_erasure_a_crash_interrupted_is_rebuilt_at_start(engine: Engine, tmp_path: Path) -> None:
     directory = tmp_path / "index"
-    with engine.begin() as conn:
-        conn.execute(insert(memories), [row(0, "agent", "a1", f"the secret {MARKER} is here")])
-    victim = seq_of(engine, MARKER)
+    victim = secret(engine)
     lex = opened(engine, directory)
-    with engine.begin() as conn:
-        conn.execute(text("UPDATE memories SET content = NULL, status = 'forgotten' WHERE seq = :s"),
-                     {"s": victim})
+    erase(engine, victim)
     lex.catch_up()
     lex.save()  # the log entry is trimmed: only the manifest remembers the shard to rebuild
     lex.close()  # the process ends here, before the rebuild
@@ -333,9 +339,7 @@ def test_an_erasure_during_its_shards_rebuild_rebuilds_it_again(engine: Engine, 
     """The builder may read a row before its text is erased and the search that applies the
     erasure marks a shard already marked: the rebuild must not clear the new mark."""
     directory = tmp_path / "index"
-    with engine.begin() as conn:
-        conn.execute(insert(memories), [row(0, "agent", "a1", f"the secret {MARKER} is here")])
-    victim = seq_of(engine, MARKER)
+    victim = secret(engine)
     lex = opened(engine, directory)
     number = victim // SHARD_ROWS
     with engine.begin() as conn:  # another erasure in the same shard marks it first
@@ -347,9 +351,7 @@ def test_an_erasure_during_its_shards_rebuild_rebuilds_it_again(engine: Engine, 
     def build_then_erase(n: int) -> Shard:
         shard = build(n)  # it read the victim's words
         if not erased:
-            with engine.begin() as conn:
-                conn.execute(text("UPDATE memories SET content = NULL, status = 'forgotten' WHERE seq = :s"),
-                             {"s": victim})
+            erase(engine, victim)
             assert search(engine, MARKER, Reader(agent_id="a1")) == []  # a search applies it
             erased.append(n)
         return shard

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -179,6 +181,25 @@ class SearchDaemon:
         engine = create_store_engine(self.db_url, busy_timeout_ms=30000)
         self._engines.append(engine)
         return engine
+
+
+class DaemonFolder:
+    """A short folder under /tmp (a socket path must fit in 108 bytes) for the daemons a test
+    starts; :meth:`close` stops every one of them, a failed test's too, and removes it."""
+
+    def __init__(self, prefix: str):
+        self.path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+        self.started: list[SearchDaemon] = []
+
+    def daemon(self, label: str, embedder: str, config: dict[str, Any]) -> SearchDaemon:
+        daemon = SearchDaemon(self.path, label, embedder, config)
+        self.started.append(daemon)
+        return daemon
+
+    def close(self) -> None:
+        for daemon in self.started:
+            daemon.stop()
+        shutil.rmtree(self.path, ignore_errors=True)
 
 
 def _toml(value: Any) -> str:
