@@ -9,7 +9,10 @@ For bench/scale.py and bench/pg_audit_lock.py (``--watch``):
 * :class:`Sampler` polls ``pg_stat_activity`` (what each client backend is
   doing or waiting for) and ``pg_locks`` (lock requests not granted, by lock
   type and object) every few milliseconds while a measurement runs;
-* :func:`top_statements` reads the statements by total execution time.
+* :func:`top_statements` reads the statements by total execution time;
+* :class:`ServerCpu` adds up the CPU seconds (user + system) of the server's
+  processes (the postmaster and every child: backends, WAL writer,
+  checkpointer, autovacuum) over a measurement, always on (no ``--watch``).
 
 Figures are samples: a share of samples is the share of backend-time spent in
 that state, not an exact count.
@@ -20,9 +23,59 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from tests.postgres import PgServer
+
+
+class ServerCpu:
+    """CPU seconds the server's processes use between ``__enter__`` and ``__exit__``.
+
+    Backends come and go (a client's connection ends with it, and its CPU with
+    it), so the process tree is read every ``interval_s``: each process counts
+    from the first reading that saw it to the last. A process that lives less
+    than one interval, or the part of a new one's life before its first
+    reading, is missed: the figure is a floor."""
+
+    def __init__(self, server: PgServer, interval_s: float = 0.1):
+        import psutil
+
+        pid = int((Path(server.handle.pgdata) / "postmaster.pid").read_text().split()[0])  # type: ignore[attr-defined]
+        self._root = psutil.Process(pid)
+        self.interval_s = interval_s
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pg-cpu", daemon=True)
+        self.seconds = 0.0
+
+    def _read(self) -> None:
+        import psutil
+
+        for proc in [self._root, *self._root.children(recursive=True)]:
+            try:
+                t = proc.cpu_times()
+            except psutil.Error:
+                continue
+            used = t.user + t.system
+            self._first.setdefault(proc.pid, used)
+            self._last[proc.pid] = used
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._read()
+
+    def __enter__(self) -> ServerCpu:
+        self._read()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._read()
+        self.seconds = sum(self._last[pid] - self._first[pid] for pid in self._last)
 
 
 def enable_statements(server: PgServer) -> bool:

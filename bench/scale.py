@@ -8,12 +8,17 @@ fresh database per part:
   ``memory.write`` one at a time for WINDOW seconds: writes/s and the latency
   p50/p99 a client sees. Baseline: the same number of threads, each running a
   raw single-row ``INSERT … ; COMMIT`` loop (psycopg, autocommit) into a
-  one-table database on the same server. Also the daemons' CPU per write
-  (psutil, user + system, every thread) over the window; ``write_many`` the
-  same per memory.
+  one-table database on the same server; and a second raw reference, the same
+  threads committing one row at a time into memoryd's own migrated ``memories``
+  table (its indexes and tsvector; no audit event, no job, no duplicate check).
+  For every row, the CPU per write (psutil, user + system) of the daemons, of
+  the PostgreSQL server's processes and of this process's client threads, and
+  how many cores the three kept busy; ``write_many`` the daemon's per memory.
 * **store**: the store layer alone, ``commit_units`` in this process at 1, 2, 16
-  and 100 writes a commit: CPU and wall time a batch (no baseline: it splits the
-  daemon's CPU per write into the store's share and the rest).
+  and 100 writes a commit: CPU and wall time a batch, and the server's CPU a
+  write (no baseline: it splits the daemon's CPU per write into the store's
+  share and the rest, and shows what a transaction costs the server whatever
+  it holds).
 * **hybrid search**: N memories written by a daemon (``memory.write_many``),
   each given a random 384-d unit vector with the HNSW index built after the
   load; a daemon with the bundled embedder answers ``memory.search`` (hybrid)
@@ -37,6 +42,7 @@ machines scales.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -50,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.postgres import PgServer, start_server, stop_server
 
 from _harness import Daemon, banner, dev_notes, latency_summary, parser, print_table, save, workdir
-from _pgwatch import Sampler, enable_statements, print_watch, reset_statements, top_statements
+from _pgwatch import Sampler, ServerCpu, enable_statements, print_watch, reset_statements, top_statements
 
 CLIENTS = 6
 DIM = 384
@@ -129,36 +135,102 @@ def _raw_insert_loop(server: PgServer, window_s: float) -> tuple[int, list[float
     return len(flat), flat
 
 
+def _raw_schema_loop(server: PgServer, window_s: float) -> tuple[int, list[float]]:
+    """The second raw reference: CLIENTS threads, each committing one memory row at a time into
+    memoryd's own migrated schema (the row, its indexes and its tsvector) by plain SQL: no audit
+    event, no job, no duplicate check. What the row itself costs this server."""
+    import secrets
+
+    import psycopg
+
+    from memoryd.store.engine import create_store_engine
+    from memoryd.store.migrate import upgrade
+
+    lat: list[list[float]] = [[] for _ in range(CLIENTS)]
+    with server.database("rs") as url:
+        engine = create_store_engine(url)
+        upgrade(engine)
+        engine.dispose()
+        dsn = url.replace("postgresql+psycopg://", "postgresql://")
+        sql = ("INSERT INTO memories (id, content, content_hash, kind, scope, owner, agent_id, status, "
+               "importance, importance_raw, valid_from, recorded_at, metadata) VALUES "
+               "(%s, %s, %s, 'fact', 'agent', %s, %s, 'active', 0.5, 0.5, %s, %s, '{}')")
+        stop_at = time.monotonic() + window_s
+
+        def client(i: int) -> None:
+            import hashlib
+
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                n = 0
+                while time.monotonic() < stop_at:
+                    text = f"client {i} note {n} on the shared store"
+                    at = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+                    t0 = time.perf_counter()
+                    chash = hashlib.sha256(text.encode()).hexdigest()
+                    owner = f"agent{i}"
+                    conn.execute(sql, ("mem_" + secrets.token_hex(13), text, chash, owner, owner, at, at))
+                    lat[i].append(time.perf_counter() - t0)
+                    n += 1
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    flat = [x for part in lat for x in part]
+    return len(flat), flat
+
+
 def part_writes(root: Path, server: PgServer, window_s: float, watch: bool = False,
                 counts: tuple[int, ...] = (1, 2, 3)) -> list[dict[str, Any]]:
     rows = []
-    n, lat = _raw_insert_loop(server, window_s)
-    rows.append({"what": f"raw INSERT…COMMIT, {CLIENTS} threads", "daemons": 0, "writes": n,
-                 "per_s": n / window_s, **latency_summary(lat)})
+    for what, loop in ((f"raw INSERT…COMMIT, {CLIENTS} threads", _raw_insert_loop),
+                       (f"raw memories row, {CLIENTS} threads", _raw_schema_loop)):
+        gen0 = time.process_time()
+        with ServerCpu(server) as pg:
+            n, lat = loop(server, window_s)
+        split = _cpu_split(n, window_s, 0.0, pg.seconds, time.process_time() - gen0)
+        rows.append({"what": what, "daemons": 0, "writes": n, "per_s": n / window_s, **split,
+                     **latency_summary(lat)})
     for count in counts:
         with server.database("w") as url:
             daemons = [_daemon(root, f"w{count}-{i}", url) for i in range(count)]
             try:
-                cpu0 = _cpu_s(daemons)
-                if watch:
-                    reset_statements(server)
-                    with Sampler(server) as sampler:
+                cpu0, gen0 = _cpu_s(daemons), time.process_time()
+                with ServerCpu(server) as pg:
+                    if watch:
+                        reset_statements(server)
+                        with Sampler(server) as sampler:
+                            n, lat = _write_loop(daemons, window_s)
+                    else:
                         n, lat = _write_loop(daemons, window_s)
+                split = _cpu_split(n, window_s, _cpu_s(daemons) - cpu0, pg.seconds,
+                                   time.process_time() - gen0)
+                if watch:
                     print_watch(f"{count} daemon(s)", sampler, top_statements(server, "w_"))
-                else:
-                    n, lat = _write_loop(daemons, window_s)
-                cpu_ms = (_cpu_s(daemons) - cpu0) * 1000.0 / max(1, n)
             finally:
                 for d in daemons:
                     d.stop()
         rows.append({"what": f"memory.write, {CLIENTS} clients", "daemons": count, "writes": n,
-                     "per_s": n / window_s, "daemon_cpu_ms": cpu_ms, **latency_summary(lat)})
-    print_table(f"writes ({window_s:.0f} s windows; daemon CPU: the daemons' processes, user + system, "
-                "per write)",
-                ["what", "daemons", "writes", "writes/s", "p50 ms", "p99 ms", "x raw", "daemon CPU ms"],
+                     "per_s": n / window_s, **split, **latency_summary(lat)})
+    print_table(f"writes ({window_s:.0f} s windows; CPU ms per write, user + system: the daemons' processes, "
+                "the PostgreSQL server's, this process's clients; cores: all three together, of "
+                f"{os.cpu_count()})",
+                ["what", "daemons", "writes", "writes/s", "p50 ms", "p99 ms", "x raw", "daemon CPU",
+                 "server CPU", "client CPU", "cores busy"],
                 [[r["what"], r["daemons"], r["writes"], r["per_s"], r["p50_ms"], r["p99_ms"],
-                  r["per_s"] / rows[0]["per_s"], r.get("daemon_cpu_ms", float("nan"))] for r in rows])
+                  r["per_s"] / rows[0]["per_s"], r["daemon_cpu_ms"] if r["daemons"] else float("nan"),
+                  r["server_cpu_ms"], r["client_cpu_ms"], r["cores_busy"]] for r in rows])
     return rows
+
+
+def _cpu_split(writes: int, window_s: float, daemon_s: float, server_s: float,
+               client_s: float) -> dict[str, float]:
+    """CPU per write by process (ms) and the cores the three kept busy over the window: on a
+    machine this small, a write path whose three add up to 2 cores cannot go faster."""
+    per = 1000.0 / max(1, writes)
+    return {"daemon_cpu_ms": daemon_s * per, "server_cpu_ms": server_s * per, "client_cpu_ms": client_s * per,
+            "cores_busy": (daemon_s + server_s + client_s) / window_s}
 
 
 def part_write_many(root: Path, server: PgServer, window_s: float, items: int = 100) -> dict[str, Any]:
@@ -234,21 +306,24 @@ def part_store(server: PgServer, sizes: tuple[int, ...] = (1, 2, 16, 100)) -> li
                                                           owner=f"a{i % 6}")], f"a{i % 6}")
                                   for i in range(size)] for b in range(count)]
                         n += count * size
-                        c0, w0 = os.times(), time.perf_counter()
-                        for batch in units:
-                            out = commit_units(conn, batch, ctx, utcnow())
-                            assert not isinstance(out[0], Exception), out[0]
-                        c1, w1 = os.times(), time.perf_counter()
+                        with ServerCpu(server) as pg:
+                            c0, w0 = os.times(), time.perf_counter()
+                            for batch in units:
+                                out = commit_units(conn, batch, ctx, utcnow())
+                                assert not isinstance(out[0], Exception), out[0]
+                            c1, w1 = os.times(), time.perf_counter()
                     cpu = (c1.user - c0.user + c1.system - c0.system) * 1000.0 / batches
                     rows.append({"writes_per_commit": size, "batches": batches, "cpu_ms_per_batch": cpu,
                                  "cpu_ms_per_write": cpu / size,
+                                 "server_cpu_ms_per_write": pg.seconds * 1000.0 / (batches * size),
                                  "wall_ms_per_batch": (w1 - w0) * 1000.0 / batches})
         finally:
             engine.dispose()
     print_table("store layer alone (commit_units in process, one kept connection, NOTIFY deferred)",
-                ["writes/commit", "batches", "CPU ms/batch", "CPU ms/write", "wall ms/batch"],
+                ["writes/commit", "batches", "CPU ms/batch", "CPU ms/write", "server CPU ms/write",
+                 "wall ms/batch"],
                 [[r["writes_per_commit"], r["batches"], r["cpu_ms_per_batch"], r["cpu_ms_per_write"],
-                  r["wall_ms_per_batch"]] for r in rows], digits=3)
+                  r["server_cpu_ms_per_write"], r["wall_ms_per_batch"]] for r in rows], digits=3)
     return rows
 
 
