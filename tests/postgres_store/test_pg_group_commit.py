@@ -326,3 +326,37 @@ def test_an_owner_of_any_text_finds_its_duplicates_and_tombstones(pg_engine: Eng
                      {"o": _keyed(conn, owner), "h": build_memory("doomed", owner=owner).hash})
     out = commit_units(pg_engine, _units([["doomed"]], owner=owner), CTX, NOW)
     assert isinstance(out[0], Tombstoned)
+
+
+def _flush_stats(conn: Any) -> None:
+    """Make this backend's table counters visible to others now (they are sent about once a second)."""
+    conn.execute(text("SELECT pg_stat_force_next_flush()"))
+    conn.commit()
+
+
+def _seq_scans(engine: Engine) -> int:
+    with engine.connect() as conn:
+        conn.execute(text("SELECT pg_stat_clear_snapshot()"))
+        return int(conn.execute(text(
+            "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'memories'")).scalar_one())
+
+
+def test_a_corroboration_on_a_long_kept_connection_never_scans_the_whole_table(pg_engine: Engine) -> None:
+    """The writer's connection lives as long as the daemon. A group statement prepared while a
+    new store held a few rows kept the plan made then: duplicates found their rows by a hash
+    join over a sequential scan of every memory (4 ms a write at 11,000 rows in bench/scale.py,
+    growing with the store) until autovacuum next analysed the table."""
+    with pg_engine.begin() as conn:
+        conn.execute(text("ALTER TABLE memories SET (autovacuum_enabled = false)"))  # no ANALYZE
+    with pg_engine.connect() as kept, pg_engine.connect() as other:
+        for i in range(12):  # prepared and planned while the table is small, duplicates included
+            commit_units(kept, _units([[f"early {i % 3}"]]), CTX, NOW)
+        for at in range(0, 5000, 500):
+            commit_units(other, _units([[f"later {at + i}" for i in range(500)]]), CTX, NOW)
+        _flush_stats(kept)
+        before = _seq_scans(pg_engine)
+        out = commit_units(kept, _units([["early 1"]]), CTX, NOW)
+        assert out[0][0]["id"]
+        _flush_stats(kept)
+        assert _seq_scans(pg_engine) == before
+    assert _count(pg_engine, "SELECT corroboration FROM memories WHERE content = 'early 1'") == 5

@@ -222,13 +222,18 @@ def _write(conn: Connection, rows: list[dict[str, Any]], bumps: Counter[str], ap
     stmt = prepare(conn, ("group-insert", backend.name),
                    lambda: backend.group_insert(_GROUP_ROW_COLUMNS, audit.EVENT_COLUMNS))
     events = append.rows if append is not None else []
+    # Corroborations find their rows by id: planned for this store's size each time. A plan
+    # prepared while the store was small hash-joined them against a scan of every memory,
+    # and kept doing so until the table was next analysed. A group without any (the common
+    # case) keeps the prepared plan: that part of it then reads nothing.
     run(conn, stmt, {
         "m": _dumps(rows), "e": _dumps(events),
         "lane": append.lane if append is not None else None,
         "n": append.count if append is not None else None,
         "h": append.head if append is not None else None,
         "c": _dumps([{"id": mid, "n": n} for mid, n in bumps.items()]),
-        "j": _dumps([{"p": p, "t": t} for p, t in jobs]), "now": now, "max_attempts": max_attempts})
+        "j": _dumps([{"p": p, "t": t} for p, t in jobs]), "now": now, "max_attempts": max_attempts},
+        replan=bool(bumps))
     if jobs:
         backend.notify_jobs(conn)
 

@@ -86,10 +86,7 @@ def submit(conn: Connection, stmt: Prepared, params: Mapping[str, Any], *, repla
     for the connection's life (the group committer keeps its connection)."""
     cur: Any = conn.connection.cursor()
     try:
-        if replan and conn.dialect.name == "postgresql":
-            cur.execute(stmt.sql, stmt.bind(params), prepare=False)
-        else:
-            cur.execute(stmt.sql, stmt.bind(params))
+        _execute(conn, cur, stmt, params, replan)
     except conn.dialect.loaded_dbapi.Error as exc:
         cur.close()
         raise _sqlalchemy_error(conn, stmt, exc) from exc
@@ -106,15 +103,23 @@ def collect(conn: Connection, stmt: Prepared, cur: Any) -> list[Any]:
         cur.close()
 
 
-def run(conn: Connection, stmt: Prepared, params: Mapping[str, Any]) -> None:
-    """Run one statement that returns no rows (in pipeline mode it is only queued)."""
+def run(conn: Connection, stmt: Prepared, params: Mapping[str, Any], *, replan: bool = False) -> None:
+    """Run one statement that returns no rows (in pipeline mode it is only queued); ``replan``
+    as for :func:`submit`."""
     cur = conn.connection.cursor()
     try:
-        cur.execute(stmt.sql, stmt.bind(params))
+        _execute(conn, cur, stmt, params, replan)
     except conn.dialect.loaded_dbapi.Error as exc:
         raise _sqlalchemy_error(conn, stmt, exc) from exc
     finally:
         cur.close()
+
+
+def _execute(conn: Connection, cur: Any, stmt: Prepared, params: Mapping[str, Any], replan: bool) -> None:
+    if replan and conn.dialect.name == "postgresql":
+        cur.execute(stmt.sql, stmt.bind(params), prepare=False)
+    else:
+        cur.execute(stmt.sql, stmt.bind(params))
 
 
 def run_many(conn: Connection, stmt: Prepared, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -58,7 +58,10 @@ def group_insert(memory_columns: tuple[str, ...], event_columns: tuple[str, ...]
       ``now`` with ``max_attempts``; a live job of the same (pass, target) is kept.
 
     Rows and events are inserted in the documents' order (their seq order: each lane's events
-    are verified in it). The sub-statements touch different rows: the corroborated rows were
+    are verified in it). The corroborated rows are also named by ``id = ANY``: the planner
+    takes a JSON document for 100 rows, and joined them against a scan of every memory rather
+    than probing the id index (the caller plans a group with corroborations afresh, for the
+    store's size). The sub-statements touch different rows: the corroborated rows were
     committed before the group, the new ones are inserted here."""
     mem = ", ".join(_quoted(c) for c in memory_columns)
     ev = ", ".join(_quoted(c) for c in event_columns)
@@ -75,7 +78,9 @@ def group_insert(memory_columns: tuple[str, ...], event_columns: tuple[str, ...]
         "l AS (UPDATE audit_lanes SET n = CAST(:n AS integer), hash = CAST(:h AS varchar) "
         "WHERE lane = CAST(:lane AS integer)), "
         "c AS (UPDATE memories SET corroboration = memories.corroboration + b.n "
-        "FROM json_to_recordset(CAST(:c AS json)) AS b(id varchar, n integer) WHERE memories.id = b.id) "
+        "FROM json_to_recordset(CAST(:c AS json)) AS b(id varchar, n integer) WHERE memories.id = b.id "
+        "AND memories.id = ANY (ARRAY(SELECT x.id FROM json_to_recordset(CAST(:c AS json)) "
+        "AS x(id varchar, n integer)))) "
         'INSERT INTO jobs ("pass", target, payload, state, priority, run_after, attempts, max_attempts, '
         "created_at, updated_at) "
         "SELECT j.p, j.t, CAST('{}' AS json), 'ready', 0, CAST(:now AS double precision), 0, "
