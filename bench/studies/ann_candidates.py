@@ -1,8 +1,8 @@
 """ANN candidates side by side on real all-MiniLM-L6-v2 vectors (issue 21, item 1): a study.
 
 Run by hand, not by CI. It backs (or challenges) the choice made in
-src/memoryd/store/sqlite/ann.py (hnswlib 0.8, M=16, ef_construction=100,
-search ef=256) by measuring, on the same vectors and queries:
+src/memoryd/store/sqlite/ann.py (hnswlib 0.8, M=32, ef_construction=200,
+search ef=512) by measuring, on the same vectors and queries:
 
 * hnswlib through memoryd's own ``OwnerIndex`` (exactly what the daemon runs:
   space "cosine", its add/search/erase, the filter as a Python callable over
@@ -10,9 +10,10 @@ search ef=256) by measuring, on the same vectors and queries:
 * usearch, f32 and i8 (metric "cos");
 * faiss-cpu ``IndexHNSWFlat`` (inner product on the normalised vectors).
 
-All at M (usearch: connectivity) 16 and ef_construction (expansion_add) 100,
-with ef_search (expansion_search) in {64, 128, 256}: build time, index bytes in
-memory (RSS growth over the build, and what the library reports) and on disk,
+All at the daemon's M (usearch: connectivity) and ef_construction
+(expansion_add), 32 and 200 (``--m``, ``--ef-construction``; 16 and 100 in the
+first runs), with ef_search (expansion_search) in ``--efs`` (128, 256, 512):
+build time, index bytes in memory (RSS growth over the build, and what the library reports) and on disk,
 single-query p50/p95 at k=10 and k=40 (the daemon searches one query at a time),
 recall@10 against exact numpy search, and the same under a filter that admits
 50% and 5% of the rows. hnswlib and faiss filter inside the graph walk
@@ -77,14 +78,16 @@ REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 import _harness as h  # noqa: E402
+from memoryd.store.sqlite import ann as daemon_ann  # noqa: E402
 
 CACHE = BENCH / "results" / "ann_study_cache"
 RESULTS = BENCH / "results" / "ann_candidates.json"
 CONVERSATIONS = REPO / "tests" / "data" / "conversations"
 CHUNK = 5000
 DIM = 384
-M = 16
-EF_CONSTRUCTION = 100
+#: The daemon's graph degree and build beam (store/sqlite/ann.py), unless --m/--ef-construction.
+M = daemon_ann.M
+EF_CONSTRUCTION = daemon_ann.EF_CONSTRUCTION
 FILTERS = (0.5, 0.05)
 
 
@@ -503,13 +506,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=50_000, help="base vectors (default 50,000)")
-    ap.add_argument("--efs", default="64,128,256", help="search beams, comma-separated")
+    ap.add_argument("--efs", default="128,256,512", help="search beams, comma-separated (daemon: 512)")
     ap.add_argument("--ks", default="10,40", help="k values, comma-separated")
     ap.add_argument("--rounds", type=int, default=3, help="timed passes over every setting")
     ap.add_argument("--only", default="", help="comma-separated subset of hnswlib,usearch,faiss")
-    ap.add_argument("--m", type=int, default=M, help="graph degree for every library (daemon: 16)")
+    ap.add_argument("--m", type=int, default=M, help="graph degree for every library (default: the daemon's)")
     ap.add_argument("--ef-construction", type=int, default=EF_CONSTRUCTION,
-                    help="build beam for every library (daemon: 100)")
+                    help="build beam for every library (default: the daemon's)")
     ap.add_argument("--threads", type=int, default=2, help="build threads (the daemon's AnnSet uses 2)")
     ap.add_argument("--no-filters", action="store_true", help="unfiltered searches only")
     ap.add_argument("--no-gil", action="store_true", help="skip the GIL measurement")

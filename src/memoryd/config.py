@@ -111,7 +111,7 @@ class Config:
                               "vector_index_min_rows vectors or more (false: exact scans only).")
     vector_index_min_rows: int = _key(20000, "An owner's vectors at which its graph is built (below it the "
                                       "exact scan costs a few ms).")
-    vector_index_ef: int = _key(256, "HNSW search beam: higher finds more of the exact top-k, slower.")
+    vector_index_ef: int = _key(512, "HNSW search beam: higher finds more of the exact top-k, slower.")
     lexical_index: bool = _key(True, "SQLite: once the store holds lexical_index_min_rows active memories, "
                                "keep a tantivy index of their words beside it (false: FTS5 only).")
     lexical_index_min_rows: int = _key(200000, "Active memories at which the lexical index is built (below "

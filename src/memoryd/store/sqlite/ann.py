@@ -47,8 +47,11 @@ import numpy as np
 #: HNSW graph degree and build beam (hnswlib's M and ef_construction); the search beam is
 #: AnnSet.ef. On real all-MiniLM-L6-v2 vectors (bench/studies/ann_candidates.py) recall@10 at
 #: ef 256 fell from 0.9998 at 5,000 vectors to 0.975 at 20,000 with ef_construction 100, and was
-#: 0.993 at 20,000 with 200 (the build 1.7x slower): 200, for the million-vector owner.
-M = 16
+#: 0.993 at 20,000 with 200 (the build 1.7x slower). At 100,000 (the study's cache: conversation
+#: turns and developer notes, 957 real queries) M 16 found 0.867 at ef 256 and 0.939 at ef 512;
+#: M 32 0.938 and 0.979, for a build as long and 128 more bytes a vector. A graph keeps the M
+#: it was built with (its file says it): this applies to graphs built from now on.
+M = 32
 EF_CONSTRUCTION = 200
 HEADER_BYTES = 96
 #: Spare capacity added when the graph grows (hnswlib's resize copies the graph).

@@ -154,7 +154,7 @@ class AnnSet(IndexThread):
 
     thread_name = "memoryd-ann"
 
-    def __init__(self, engine: Engine, directory: Path, *, min_rows: int = 20000, ef: int = 256,
+    def __init__(self, engine: Engine, directory: Path, *, min_rows: int = 20000, ef: int = 512,
                  threads: int = 2, save_every: int = 20000):
         super().__init__()
         self.engine = engine
