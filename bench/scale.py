@@ -46,6 +46,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ from tests.postgres import PgServer, start_server, stop_server
 
 from _harness import Daemon, banner, dev_notes, latency_summary, parser, print_table, save, workdir
 from _pgwatch import Sampler, ServerCpu, enable_statements, print_watch, reset_statements, top_statements
+from pg_search import dsn_of
 
 CLIENTS = 6
 DIM = 384
@@ -82,17 +84,20 @@ def _cpu_s(daemons: list[Daemon]) -> float:
     return total
 
 
-def _write_loop(daemons: list[Daemon], window_s: float) -> tuple[int, list[float]]:
+def _timed_clients(window_s: float, session: Callable[[int], Any],
+                   call: Callable[[Any, int, int], object]) -> tuple[int, list[float]]:
+    """CLIENTS threads for ``window_s`` seconds: client ``i`` opens ``session(i)`` (a context
+    manager) and runs ``call(handle, i, n)`` for n = 0, 1, … one after another, each timed.
+    Returns the calls made and their latencies in seconds."""
     lat: list[list[float]] = [[] for _ in range(CLIENTS)]
     stop_at = time.monotonic() + window_s
 
     def client(i: int) -> None:
-        with daemons[i % len(daemons)].client() as c:
+        with session(i) as handle:
             n = 0
             while time.monotonic() < stop_at:
                 t0 = time.perf_counter()
-                c.call("memory.write", {"content": f"client {i} note {n} on the shared store",
-                                        "agent_id": f"agent{i}", "kind": "fact"})
+                call(handle, i, n)
                 lat[i].append(time.perf_counter() - t0)
                 n += 1
 
@@ -105,40 +110,31 @@ def _write_loop(daemons: list[Daemon], window_s: float) -> tuple[int, list[float
     return len(flat), flat
 
 
+def _write_loop(daemons: list[Daemon], window_s: float) -> tuple[int, list[float]]:
+    return _timed_clients(
+        window_s, lambda i: daemons[i % len(daemons)].client(),
+        lambda c, i, n: c.call("memory.write", {"content": f"client {i} note {n} on the shared store",
+                                                "agent_id": f"agent{i}", "kind": "fact"}))
+
+
 def _raw_insert_loop(server: PgServer, window_s: float) -> tuple[int, list[float]]:
     import psycopg
 
-    lat: list[list[float]] = [[] for _ in range(CLIENTS)]
     with server.database("raw") as url:
-        dsn = url.replace("postgresql+psycopg://", "postgresql://")
-        with psycopg.connect(dsn, autocommit=True) as conn:
+        with psycopg.connect(dsn_of(url), autocommit=True) as conn:
             conn.execute("CREATE TABLE notes (id bigserial PRIMARY KEY, owner text NOT NULL, "
                          "content text NOT NULL, at double precision NOT NULL)")
-        stop_at = time.monotonic() + window_s
-
-        def client(i: int) -> None:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                n = 0
-                while time.monotonic() < stop_at:
-                    t0 = time.perf_counter()
-                    conn.execute("INSERT INTO notes (owner, content, at) VALUES (%s, %s, %s)",
-                                 (f"agent{i}", f"client {i} note {n}", time.time()))
-                    lat[i].append(time.perf_counter() - t0)
-                    n += 1
-
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    flat = [x for part in lat for x in part]
-    return len(flat), flat
+        return _timed_clients(
+            window_s, lambda i: psycopg.connect(dsn_of(url), autocommit=True),
+            lambda conn, i, n: conn.execute("INSERT INTO notes (owner, content, at) VALUES (%s, %s, %s)",
+                                            (f"agent{i}", f"client {i} note {n}", time.time())))
 
 
 def _raw_schema_loop(server: PgServer, window_s: float) -> tuple[int, list[float]]:
     """The second raw reference: CLIENTS threads, each committing one memory row at a time into
     memoryd's own migrated schema (the row, its indexes and its tsvector) by plain SQL: no audit
     event, no job, no duplicate check. What the row itself costs this server."""
+    import hashlib
     import secrets
 
     import psycopg
@@ -146,39 +142,22 @@ def _raw_schema_loop(server: PgServer, window_s: float) -> tuple[int, list[float
     from memoryd.store.engine import create_store_engine
     from memoryd.store.migrate import upgrade
 
-    lat: list[list[float]] = [[] for _ in range(CLIENTS)]
+    sql = ("INSERT INTO memories (id, content, content_hash, kind, scope, owner, agent_id, status, "
+           "importance, importance_raw, valid_from, recorded_at, metadata) VALUES "
+           "(%s, %s, %s, 'fact', 'agent', %s, %s, 'active', 0.5, 0.5, %s, %s, '{}')")
+
+    def insert(conn: Any, i: int, n: int) -> None:
+        text = f"client {i} note {n} on the shared store"
+        at = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+        chash = hashlib.sha256(text.encode()).hexdigest()
+        owner = f"agent{i}"
+        conn.execute(sql, ("mem_" + secrets.token_hex(13), text, chash, owner, owner, at, at))
+
     with server.database("rs") as url:
         engine = create_store_engine(url)
         upgrade(engine)
         engine.dispose()
-        dsn = url.replace("postgresql+psycopg://", "postgresql://")
-        sql = ("INSERT INTO memories (id, content, content_hash, kind, scope, owner, agent_id, status, "
-               "importance, importance_raw, valid_from, recorded_at, metadata) VALUES "
-               "(%s, %s, %s, 'fact', 'agent', %s, %s, 'active', 0.5, 0.5, %s, %s, '{}')")
-        stop_at = time.monotonic() + window_s
-
-        def client(i: int) -> None:
-            import hashlib
-
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                n = 0
-                while time.monotonic() < stop_at:
-                    text = f"client {i} note {n} on the shared store"
-                    at = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-                    t0 = time.perf_counter()
-                    chash = hashlib.sha256(text.encode()).hexdigest()
-                    owner = f"agent{i}"
-                    conn.execute(sql, ("mem_" + secrets.token_hex(13), text, chash, owner, owner, at, at))
-                    lat[i].append(time.perf_counter() - t0)
-                    n += 1
-
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    flat = [x for part in lat for x in part]
-    return len(flat), flat
+        return _timed_clients(window_s, lambda i: psycopg.connect(dsn_of(url), autocommit=True), insert)
 
 
 def part_writes(root: Path, server: PgServer, window_s: float, watch: bool = False,
@@ -364,7 +343,7 @@ def _raw_search(url: str, queries: list[str], rng: np.random.Generator) -> dict[
 
     from memoryd.store.postgres.vector_type import to_pg_text
 
-    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    dsn = dsn_of(url)
     lat: dict[str, list[float]] = {"lexical": [], "vector": [], "both": []}
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET hnsw.iterative_scan = relaxed_order")
