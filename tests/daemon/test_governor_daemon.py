@@ -2,33 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import psutil
 import pytest
 
+from tests.daemon._burners import cpu_burners
 from tests.integration.harness import DaemonHandle, wait_until
 
 pytestmark = pytest.mark.slow
-
-BURN = "import time\nend = time.time() + 600\nwhile time.time() < end:\n    pass\n"
-
-
-@contextmanager
-def cpu_burners(n: int) -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(n)]
-    try:
-        yield procs
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-
 
 #: The test's governor_idle_cpu_percent: below it (and below busy) the governor must say idle.
 IDLE_CPU_PERCENT = 30.0

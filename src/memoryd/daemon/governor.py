@@ -89,16 +89,43 @@ def decide(r: Readings, t: Thresholds, previous: str = IDLE) -> tuple[str, str]:
     return IDLE, f"machine is free ({r.cpu_percent:.0f}% CPU used by others)"
 
 
+def _total_seconds(times: Any) -> float:
+    """All CPU time in a psutil.cpu_times() sample; guest time is already in user time on Linux."""
+    return float(sum(times)) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+
+
+def _idle_seconds(times: Any) -> float:
+    return float(times.idle) + getattr(times, "iowait", 0.0)
+
+
 class HostProbe:
-    """psutil readings of the host and of this process. Replace it in tests."""
+    """psutil readings of the host and of this process. Replace it in tests.
+
+    The host's CPU is measured between this probe's own samples, not with
+    ``psutil.cpu_percent(interval=None)``: that one measures since the previous call *in the
+    calling thread*, and the scheduler samples from whichever of its pool threads is free, so a
+    thread's first sample read 0 % (the governor said "machine is free" under full load) and a
+    later one spanned whatever time had passed since that thread last ran.
+    """
 
     def __init__(self) -> None:
         self._proc = psutil.Process(os.getpid())
         self._ncpu = psutil.cpu_count() or 1
         self._children: dict[int, psutil.Process] = {}
-        # Prime the counters: cpu_percent(None) measures since the previous call.
-        psutil.cpu_percent(interval=None)
+        self._lock = threading.Lock()
+        # Prime the counters: each reading measures since the previous one.
+        self._system_times = psutil.cpu_times()
         self._proc.cpu_percent(interval=None)
+
+    def _system_cpu_percent(self) -> float:
+        """Busy share of all cores since the previous reading, 0..100."""
+        now = psutil.cpu_times()
+        before, self._system_times = self._system_times, now
+        total = _total_seconds(now) - _total_seconds(before)
+        if total <= 0:
+            return 0.0
+        busy = total - max(0.0, _idle_seconds(now) - _idle_seconds(before))
+        return min(100.0, max(0.0, 100.0 * busy / total))
 
     def _own_cpu_percent(self) -> float:
         """CPU % of memoryd and its children (the model worker is us, not "others")."""
@@ -115,8 +142,9 @@ class HostProbe:
         return total
 
     def read(self) -> Readings:
-        system = psutil.cpu_percent(interval=None)
-        own = self._own_cpu_percent() / self._ncpu
+        with self._lock:  # the host's and memoryd's CPU over the same interval
+            system = self._system_cpu_percent()
+            own = self._own_cpu_percent() / self._ncpu
         try:
             load = os.getloadavg()[0] / self._ncpu
         except OSError:  # pragma: no cover - platforms without load averages
