@@ -41,8 +41,11 @@ BENCH = Path(__file__).resolve().parents[1]
 STAMP = "2026-01-01T00:00:00.000000Z"
 
 
-def load(url: str, base: np.ndarray) -> float:
-    """The rows (owners by search.owner_of) and vectors; the HNSW build's seconds."""
+def load(url: str, base: np.ndarray, with_: str = "") -> float:
+    """The rows (owners by search.owner_of) and vectors; the HNSW build's seconds.
+
+    ``with_``: the index's storage parameters (``m = 32, ef_construction = 200``) in place of
+    the daemon's index (store/postgres/vectors.create_index)."""
     from memoryd.store import migrate
     from memoryd.store.engine import create_store_engine
     from memoryd.store.postgres import vectors as pgv
@@ -76,7 +79,11 @@ def load(url: str, base: np.ndarray) -> float:
         with engine.begin() as conn:
             conn.exec_driver_sql(f"SET LOCAL maintenance_work_mem = '{P.MAINTENANCE_WORK_MEM}'")
             conn.exec_driver_sql("SET LOCAL max_parallel_maintenance_workers = 1")
-            pgv.create_index(conn)
+            if with_:
+                conn.exec_driver_sql("CREATE INDEX ix_memory_vectors_hnsw ON memory_vectors "
+                                     f"USING hnsw (vector vector_cosine_ops) WITH ({with_})")
+            else:
+                pgv.create_index(conn)
         build_s = time.perf_counter() - t0
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.exec_driver_sql("VACUUM (ANALYZE) memories")
@@ -91,6 +98,10 @@ def main() -> None:
     p.add_argument("--cache", default=str(BENCH / "results" / "ann_study_cache"))
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--ef", default="40,100,200,400,1000")
+    p.add_argument("--with", dest="with_", default="",
+                   help="the HNSW index's storage parameters, e.g. 'm = 32, ef_construction = 200' "
+                        "(default: the daemon's index)")
+    p.add_argument("--owners", default="spread,one", help="owner layouts, comma-separated")
     args = p.parse_args()
     base_files = sorted(glob.glob(f"{args.cache}/base-*.npy"))
     query_files = sorted(glob.glob(f"{args.cache}/queries-*.npy"))
@@ -107,16 +118,16 @@ def main() -> None:
     server = start_server()
     try:
         P.configure_server(server, "2GB")
-        for owners in ("spread", "one"):
+        for owners in args.owners.split(","):
             sb.ONE_OWNER = owners == "one"
             with server.database("hr") as url:
-                build_s = load(url, base)
+                build_s = load(url, base, args.with_)
                 raw = P.RawPg(url)
                 try:
                     rows = P.ef_sweep(raw, names, encode, efs)
                 finally:
                     raw.close()
-            print(f"\n{owners} owners: HNSW build {build_s:.1f} s")
+            print(f"\n{owners} owners: HNSW build {build_s:.1f} s ({args.with_ or 'the daemon index'})")
             for r in rows:
                 print(f"  ef_search {r['ef_search']:>4}: p50 {r['p50_ms']:6.2f} ms, "
                       f"p95 {r['p95_ms']:6.2f} ms, recall@10 {r['recall_at_10']:.3f}")

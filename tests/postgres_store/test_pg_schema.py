@@ -20,7 +20,7 @@ PUBLIC_TABLES = "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
 
 
 def test_migrations_reach_head_with_tsvector_gin_and_hnsw(pg_engine: Engine) -> None:
-    assert current_revision(pg_engine) == head_revision() == "0010_audit_lanes"
+    assert current_revision(pg_engine) == head_revision() == "0011_pg_hnsw_build"
     with pg_engine.connect() as conn:
         vec_type = conn.execute(text(
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
@@ -38,7 +38,7 @@ def test_migrations_reach_head_with_tsvector_gin_and_hnsw(pg_engine: Engine) -> 
 
 
 def test_a_second_upgrade_changes_nothing(pg_engine: Engine) -> None:
-    assert upgrade(pg_engine) == "0010_audit_lanes"
+    assert upgrade(pg_engine) == "0011_pg_hnsw_build"
 
 
 def test_a_database_at_a_newer_revision_is_refused(pg_engine: Engine) -> None:

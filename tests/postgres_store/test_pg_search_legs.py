@@ -176,7 +176,7 @@ def _knn_on_the_index(pg_engine: Engine, query: np.ndarray, *settings: str) -> l
 
 
 def test_knn_on_the_hnsw_index_walks_past_other_owners_nearer_vectors(pg_engine: Engine) -> None:
-    """The first ef_search (40) graph candidates are all the crowd's: a post-filtered cut would
+    """The first ef_search (200) graph candidates are all the crowd's: a post-filtered cut would
     return nothing; the iterative index scan keeps walking until the reader's 5 are found."""
     query, mine = _crowded(pg_engine)
     exact = sorted(mine, key=lambda m: -float(mine[m] @ query))[:5]

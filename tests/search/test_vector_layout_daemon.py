@@ -94,7 +94,7 @@ def test_the_daemon_migrates_the_old_store_and_gives_the_free_pages_back(migrate
     [moved] = events(daemon, "store.migrated")
     # 0007 is the layout change; 0008 (PostgreSQL's search objects) does nothing on SQLite;
     # 0009 adds the loose hash (issue 20), 0010 the audit lanes (issue 22).
-    assert (moved["from_revision"], moved["to_revision"]) == ("0006", "0010_audit_lanes")
+    assert (moved["from_revision"], moved["to_revision"]) == ("0006", "0011_pg_hnsw_build")
     [vacuumed] = events(daemon, "store.vacuumed")
     assert vacuumed["bytes_after"] < 8 * 1024 * 1024 < migrated["size_before"]
     assert db.stat().st_size < 8 * 1024 * 1024

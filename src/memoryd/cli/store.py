@@ -162,15 +162,20 @@ def copy_cmd(source_url: str, target_url: str, batch_size: int, as_json: bool) -
               help="Config file (env MEMORYD_CONFIG).")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
 def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) -> None:
-    """Rebuild the indexes beside a SQLite store from the store alone (the daemon must be stopped).
+    """Rebuild the search indexes from the store alone (this data directory's daemon must be stopped).
 
-    The HNSW graphs (``<data dir>/index/vectors/``) are a cache of the store's
+    On SQLite, the HNSW graphs (``<data dir>/index/vectors/``) are a cache of the store's
     vectors: this drops them and builds one for every owner with at least
     ``vector_index_min_rows`` vectors, as the daemon does at start when they
     are missing. The lexical index (``<data dir>/index/lexical/``) is dropped
     and built again when the store holds ``lexical_index_min_rows`` active
     memories. Use it when ``memoryd status`` shows an index failing, or after
     restoring the database from a backup.
+
+    On PostgreSQL, the HNSW index in the database is built again with the
+    current parameters (``REINDEX ... CONCURRENTLY``: other daemons on the
+    database keep searching and writing meanwhile). Use it once after an
+    upgrade that changed them on a store of more than 50,000 vectors.
 
     \b
     Example:
@@ -200,10 +205,10 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
     try:
         engine = create_store_engine(cfg.resolved_db_url(), cfg.busy_timeout_ms)
         try:
-            if not is_sqlite(engine):
-                _fail("reindex is for SQLite stores: on PostgreSQL the vector index (pgvector HNSW) "
-                      "lives in the database, which keeps it itself")
             migrate.upgrade(engine)
+            if not is_sqlite(engine):
+                _reindex_postgres(engine, as_json)
+                return
             directory = cfg.resolved_data_dir() / "index" / "vectors"
             shutil.rmtree(directory, ignore_errors=True)
             if not as_json:
@@ -234,6 +239,28 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
                    f"memories in {lexical['seconds']} s ({lexical['directory']})")
     else:
         click.echo(f"no lexical index: {lexical['reason']}")
+
+
+def _reindex_postgres(engine: Any, as_json: bool) -> None:
+    """REINDEX the HNSW index of a PostgreSQL store and print what was done."""
+    from sqlalchemy import text
+
+    from memoryd.store.backends import backend_for
+
+    with engine.connect() as conn:
+        vectors = int(conn.execute(text("SELECT count(*) FROM memory_vectors")).scalar_one())
+    if not as_json:
+        click.echo(f"building the HNSW index of {vectors} vectors again (searches and writes go on)...",
+                   err=True)
+    t0 = time.perf_counter()
+    backend_for(engine).reindex_vectors(engine)
+    summary = {"backend": "postgresql", "index": "ix_memory_vectors_hnsw", "vectors": vectors,
+               "seconds": round(time.perf_counter() - t0, 1)}
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        click.echo(f"built the HNSW index ({summary['index']}) of {vectors} vectors "
+                   f"in {summary['seconds']} s")
 
 
 def _reindex_lexical(cfg: Any, engine: Any, as_json: bool) -> dict[str, Any]:

@@ -206,6 +206,12 @@ class Backend(ABC):
     def build_vector_index(self, conn: Connection) -> None:  # noqa: B027 - optional hook
         """Build the vector index :meth:`defer_vector_index` dropped (a no-op when it exists)."""
 
+    def reindex_vectors(self, engine: Engine) -> bool:
+        """Build the vector index in the database again with the current parameters, while
+        daemons go on using it; False where the backend keeps no such index (SQLite's graphs
+        live beside the store, and ``memoryd store reindex`` rebuilds them itself)."""
+        return False
+
     # -- the server -----------------------------------------------------------------------------
     def check_server(self, engine: Engine) -> None:  # noqa: B027 - optional hook
         """Refuse, before any migration, a server memoryd cannot run on (raise ConfigError)."""
