@@ -11,6 +11,7 @@ the report of issue 20 lists step → test.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -370,3 +371,79 @@ def test_forget_by_subject_takes_the_subjects_rows_and_not_an_equal_row_of_anoth
                                tombstone=True, now=NOW, actor="test", max_attempts=5)
     assert out["memory_ids"] == [alices]
     assert row(store, bobs).status == "active"
+
+
+def test_a_large_request_is_erased_a_chunk_to_a_transaction_and_each_row_once(
+        store: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass erases a request's rows ERASE_CHUNK to a transaction before its completing one
+    (a request of 500 rows in one transaction held SQLite's write lock past other writers' busy
+    timeout): a row that fails leaves the chunks before it erased, and the job run again erases
+    the rest, each row with one audit event."""
+    from memoryd.passes import retention
+
+    n = 2 * retention.ERASE_CHUNK + 10
+    ids = [store_write(store, f"carol's note {i} about the deploy", NOW, owner="agent-a", user_id="carol")
+           for i in range(n)]
+    with store.begin() as conn:
+        out = lifecycle.forget(conn, memory_id=None, subject={"user_id": "carol"}, reason=None,
+                               tombstone=False, now=NOW, actor="test", max_attempts=5)
+    assert sorted(out["memory_ids"]) == sorted(ids)
+    order = list(out["memory_ids"])
+    real_erase = lifecycle.erase
+    bad = order[retention.ERASE_CHUNK + 5]  # in the second chunk
+
+    def erase_failing_on_one_row(conn: Any, memory_id: str, now: datetime, actor: str) -> int:
+        if memory_id == bad:
+            raise ValueError("a row the pass cannot erase")
+        return real_erase(conn, memory_id, now, actor)
+
+    monkeypatch.setattr(lifecycle, "erase", erase_failing_on_one_row)
+    ctx = PassContext(engine=store, config=Config(), embedder=cast(Any, None), now=time.time)
+    with store.begin() as conn:
+        [job] = jobq.claim(conn, "retention", owner="test", now=time.time() + 1, lease_s=60, limit=10)
+    result = RetentionPass().run([job], ctx)
+    assert [j.id for j, _ in result.failed] == [job.id]
+    statuses = {i: row(store, i).status for i in order}
+    assert [statuses[i] for i in order[:retention.ERASE_CHUNK]] == ["forgotten"] * retention.ERASE_CHUNK
+    assert {statuses[i] for i in order[retention.ERASE_CHUNK:]} == {"deleting"}  # that chunk rolled back
+    monkeypatch.setattr(lifecycle, "erase", real_erase)
+    result = RetentionPass().run([job], ctx)
+    assert result.processed == 1 and not result.failed
+    assert {row(store, i).status for i in order} == {"forgotten"}
+    with store.connect() as conn:
+        assert conn.execute(select(forget_requests.c.status)).scalars().all() == ["done"]
+        erasures = conn.execute(text(
+            "SELECT count(*) FROM audit_events WHERE action = 'memory.erase'")).scalar()
+    assert erasures == n
+
+
+@pytest.mark.postgres
+def test_two_workers_erasing_one_row_at_once_erase_and_audit_it_once(pg_url: str) -> None:
+    """A lease lost mid-request lets a second worker erase the same rows. On PostgreSQL the
+    second one reads the row while the first one's erasure is uncommitted, then waits on its
+    lock: it must find the row forgotten and add no second erasure or audit event."""
+    engine = create_store_engine(pg_url)
+    try:
+        upgrade(engine)
+        doomed = store_write(engine, "the vpn password is hunter2", NOW)
+        forget(engine, doomed)
+        second: list[int] = []
+        with engine.begin() as first:
+            assert lifecycle.erase(first, doomed, NOW, "worker-1") == 1
+
+            def other_worker() -> None:
+                with engine.begin() as conn:
+                    second.append(lifecycle.erase(conn, doomed, NOW, "worker-2"))
+
+            thread = threading.Thread(target=other_worker)
+            thread.start()
+            time.sleep(1.0)  # it has read the row (still 'deleting' to it) and waits on the lock
+            assert thread.is_alive()
+        thread.join(30)
+        assert second == [0]
+        with engine.connect() as conn:
+            erasures = conn.execute(text(
+                "SELECT count(*) FROM audit_events WHERE action = 'memory.erase'")).scalar()
+        assert erasures == 1
+    finally:
+        engine.dispose()

@@ -94,6 +94,11 @@ class PerJobPass(Pass):
         """Write this job's effect inside the completion's transaction."""
         raise NotImplementedError
 
+    def prepare(self, job: Job, ctx: PassContext) -> None:
+        """Work a job may do before its completing transaction, in short transactions of its
+        own, so that no one transaction holds the store's write lock for long. It must be
+        idempotent: a crash, or a lost lease and another worker, runs it again."""
+
     def after_batch(self, ctx: PassContext) -> None:
         """Hook run once the batch's transactions have committed."""
 
@@ -106,6 +111,7 @@ class PerJobPass(Pass):
             for job in batch:
                 now_epoch = ctx.now()
                 try:
+                    self.prepare(job, ctx)
                     with ctx.engine.begin() as conn:
                         jobq.complete(conn, job, now=now_epoch)
                         self.apply(conn, job, datetime.fromtimestamp(now_epoch, UTC), ctx)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy import Connection, Engine, delete, func, select, update
 
 from memoryd.clock import to_rfc3339
 from memoryd.errors import Conflict, Forbidden, InvalidParams, NotFound
@@ -239,14 +239,20 @@ def erase(conn: Connection, memory_id: str, now: datetime, actor: str) -> int:
     if row is None or row.status == "forgotten":
         return 0
     stamp = to_rfc3339(now)
+    # Only the transaction that turns the row forgotten goes on: on PostgreSQL a second worker
+    # erasing the same request (its lease lost meanwhile) waits on the row's lock here, then
+    # matches nothing, and adds no second audit event.
+    done = conn.execute(update(memories).where(
+        memories.c.id == memory_id, memories.c.status != "forgotten").values(
+        content=None, loose_hash=None, metadata={}, status="forgotten", owner="", agent_id=None, user_id=None,
+        project=None, session_id=None, retired_at=row.retired_at or stamp,
+    ))
+    if not done.rowcount:
+        return 0
     # The turn after a forgotten turn was embedded with its text as context: embed it again.
     after = turns.following(conn, row)
     if after is not None:
         jobq.enqueue(conn, "embed", after.id, now=now.timestamp())
-    conn.execute(update(memories).where(memories.c.id == memory_id).values(
-        content=None, loose_hash=None, metadata={}, status="forgotten", owner="", agent_id=None, user_id=None,
-        project=None, session_id=None, retired_at=row.retired_at or stamp,
-    ))
     conn.execute(delete(idempotency_keys).where(idempotency_keys.c.result["id"].as_string() == memory_id))
     entities.erase_mentions(conn, memory_id)
     proposals.withdraw_citing(conn, [memory_id], now)
@@ -274,6 +280,22 @@ def finish_forget_request(conn: Connection, request_id: str, now: datetime, acto
     erased = sum(erase(conn, mid, now, actor) for mid in req.memory_ids)
     conn.execute(update(forget_requests).where(forget_requests.c.id == request_id)
                  .values(status="done", finished_at=to_rfc3339(now)))
+    return erased
+
+
+def erase_request_in_chunks(engine: Engine, request_id: str, now: datetime, actor: str, *,
+                            chunk: int) -> int:
+    """Erase the rows of a pending forget request, ``chunk`` rows to a transaction; return rows
+    erased. The request stays pending for :func:`finish_forget_request` to mark done."""
+    with engine.connect() as conn:
+        req = conn.execute(select(forget_requests).where(forget_requests.c.id == request_id)).first()
+    if req is None or req.status == "done":
+        return 0
+    ids = list(req.memory_ids)
+    erased = 0
+    for start in range(0, len(ids), chunk):
+        with engine.begin() as conn:
+            erased += sum(erase(conn, mid, now, actor) for mid in ids[start:start + chunk])
     return erased
 
 
