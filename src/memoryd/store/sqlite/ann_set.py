@@ -41,9 +41,11 @@ PostgreSQL needs none of this: pgvector's HNSW index lives in the database.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +149,20 @@ class OwnerCounts:
         """(owner, count) of the owners with ``rows`` vectors or more, largest first."""
         ids = np.nonzero(self._n >= rows)[0]
         return sorted(((int(i), int(self._n[i])) for i in ids), key=lambda kv: -kv[1])
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _search_pool() -> ThreadPoolExecutor:
+    """The threads that search several graphs for one query (one pool per process)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2,
+                                       thread_name_prefix="memoryd-ann-search")
+        return _pool
 
 
 class AnnSet(IndexThread):
@@ -389,8 +405,15 @@ class AnnSet(IndexThread):
         rest = [key for key in scope_keys if key not in by_graph.values()]
         allowed = self._kind_filter(kind)
         hits: list[tuple[int, float]] = []
-        for owner, key in by_graph.items():
-            found = graphs[owner].search(query, k, self.ef, allowed)
+        pairs = list(by_graph.items())
+
+        def search(pair: tuple[int, str]) -> list[tuple[int, float]]:
+            return graphs[pair[0]].search(query, k, self.ef, allowed)
+
+        # hnswlib searches without the GIL: a reader who sees several large owners has their
+        # graphs searched side by side, on as many threads as the machine has cores.
+        founds = list(_search_pool().map(search, pairs)) if len(pairs) > 1 else [search(p) for p in pairs]
+        for (_, key), found in zip(pairs, founds, strict=True):
             if len(found) < k:
                 rest.append(key)  # the graph could not fill k (a rare kind): scan this owner exactly
             else:
