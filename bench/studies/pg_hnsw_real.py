@@ -79,11 +79,7 @@ def load(url: str, base: np.ndarray, with_: str = "") -> float:
         with engine.begin() as conn:
             conn.exec_driver_sql(f"SET LOCAL maintenance_work_mem = '{P.MAINTENANCE_WORK_MEM}'")
             conn.exec_driver_sql("SET LOCAL max_parallel_maintenance_workers = 1")
-            if with_:
-                conn.exec_driver_sql("CREATE INDEX ix_memory_vectors_hnsw ON memory_vectors "
-                                     f"USING hnsw (vector vector_cosine_ops) WITH ({with_})")
-            else:
-                pgv.create_index(conn)
+            pgv.create_index(conn, with_ or pgv.HNSW_WITH)
         build_s = time.perf_counter() - t0
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.exec_driver_sql("VACUUM (ANALYZE) memories")

@@ -373,6 +373,13 @@ def test_forget_by_subject_takes_the_subjects_rows_and_not_an_equal_row_of_anoth
     assert row(store, bobs).status == "active"
 
 
+def erasure_events(engine: Engine) -> int:
+    """The audit log's memory.erase events."""
+    with engine.connect() as conn:
+        return int(conn.execute(text(
+            "SELECT count(*) FROM audit_events WHERE action = 'memory.erase'")).scalar_one())
+
+
 def test_a_large_request_is_erased_a_chunk_to_a_transaction_and_each_row_once(
         store: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """The pass erases a request's rows ERASE_CHUNK to a transaction before its completing one
@@ -412,9 +419,7 @@ def test_a_large_request_is_erased_a_chunk_to_a_transaction_and_each_row_once(
     assert {row(store, i).status for i in order} == {"forgotten"}
     with store.connect() as conn:
         assert conn.execute(select(forget_requests.c.status)).scalars().all() == ["done"]
-        erasures = conn.execute(text(
-            "SELECT count(*) FROM audit_events WHERE action = 'memory.erase'")).scalar()
-    assert erasures == n
+    assert erasure_events(store) == n
 
 
 @pytest.mark.postgres
@@ -441,9 +446,6 @@ def test_two_workers_erasing_one_row_at_once_erase_and_audit_it_once(pg_url: str
             assert thread.is_alive()
         thread.join(30)
         assert second == [0]
-        with engine.connect() as conn:
-            erasures = conn.execute(text(
-                "SELECT count(*) FROM audit_events WHERE action = 'memory.erase'")).scalar()
-        assert erasures == 1
+        assert erasure_events(engine) == 1
     finally:
         engine.dispose()

@@ -243,18 +243,18 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
 
 def _reindex_postgres(engine: Any, as_json: bool) -> None:
     """REINDEX the HNSW index of a PostgreSQL store and print what was done."""
-    from sqlalchemy import text
-
     from memoryd.store.backends import backend_for
+    from memoryd.store.postgres.vectors import HNSW_INDEX
+    from memoryd.store.vectors import stored_count
 
     with engine.connect() as conn:
-        vectors = int(conn.execute(text("SELECT count(*) FROM memory_vectors")).scalar_one())
+        vectors = stored_count(conn)
     if not as_json:
         click.echo(f"building the HNSW index of {vectors} vectors again (searches and writes go on)...",
                    err=True)
     t0 = time.perf_counter()
     backend_for(engine).reindex_vectors(engine)
-    summary = {"backend": "postgresql", "index": "ix_memory_vectors_hnsw", "vectors": vectors,
+    summary = {"backend": "postgresql", "index": HNSW_INDEX, "vectors": vectors,
                "seconds": round(time.perf_counter() - t0, 1)}
     if as_json:
         click.echo(json.dumps(summary))

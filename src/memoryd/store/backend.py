@@ -206,11 +206,10 @@ class Backend(ABC):
     def build_vector_index(self, conn: Connection) -> None:  # noqa: B027 - optional hook
         """Build the vector index :meth:`defer_vector_index` dropped (a no-op when it exists)."""
 
-    def reindex_vectors(self, engine: Engine) -> bool:
+    def reindex_vectors(self, engine: Engine) -> None:  # noqa: B027 - optional hook
         """Build the vector index in the database again with the current parameters, while
-        daemons go on using it; False where the backend keeps no such index (SQLite's graphs
-        live beside the store, and ``memoryd store reindex`` rebuilds them itself)."""
-        return False
+        daemons go on using it (SQLite keeps none there: its graphs live beside the store, and
+        ``memoryd store reindex`` rebuilds them itself)."""
 
     # -- the server -----------------------------------------------------------------------------
     def check_server(self, engine: Engine) -> None:  # noqa: B027 - optional hook

@@ -272,10 +272,16 @@ def erase(conn: Connection, memory_id: str, now: datetime, actor: str) -> int:
     return erased
 
 
+def _pending_request(conn: Connection, request_id: str) -> Any:
+    """The forget request's row, or None when there is none or it is done."""
+    req = conn.execute(select(forget_requests).where(forget_requests.c.id == request_id)).first()
+    return None if req is None or req.status == "done" else req
+
+
 def finish_forget_request(conn: Connection, request_id: str, now: datetime, actor: str) -> int:
     """Erase every row of one forget request and mark it done; return rows erased."""
-    req = conn.execute(select(forget_requests).where(forget_requests.c.id == request_id)).first()
-    if req is None or req.status == "done":
+    req = _pending_request(conn, request_id)
+    if req is None:
         return 0
     erased = sum(erase(conn, mid, now, actor) for mid in req.memory_ids)
     conn.execute(update(forget_requests).where(forget_requests.c.id == request_id)
@@ -288,8 +294,8 @@ def erase_request_in_chunks(engine: Engine, request_id: str, now: datetime, acto
     """Erase the rows of a pending forget request, ``chunk`` rows to a transaction; return rows
     erased. The request stays pending for :func:`finish_forget_request` to mark done."""
     with engine.connect() as conn:
-        req = conn.execute(select(forget_requests).where(forget_requests.c.id == request_id)).first()
-    if req is None or req.status == "done":
+        req = _pending_request(conn, request_id)
+    if req is None:
         return 0
     ids = list(req.memory_ids)
     erased = 0

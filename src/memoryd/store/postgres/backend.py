@@ -177,12 +177,11 @@ class PostgresBackend(Backend):
         _unbounded(conn)
         vectors.create_index(conn)
 
-    def reindex_vectors(self, engine: Engine) -> bool:
+    def reindex_vectors(self, engine: Engine) -> None:
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.exec_driver_sql("SET lock_timeout = 0")  # a build over every vector takes minutes
             conn.exec_driver_sql("SET statement_timeout = 0")
             vectors.reindex(conn)
-        return True
 
     def check_server(self, engine: Engine) -> None:
         server.check(engine)

@@ -39,6 +39,8 @@ HNSW_INDEX = "ix_memory_vectors_hnsw"
 #: graph too sparse for real sentence vectors: 0.91 at ef_search 400 in the same study).
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 200
+#: Those two as the index's storage parameters (CREATE INDEX ... WITH, ALTER INDEX ... SET).
+HNSW_WITH = f"m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}"
 
 
 def upsert(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
@@ -108,19 +110,28 @@ def drop_index(conn: Connection) -> None:
     conn.exec_driver_sql(f"DROP INDEX IF EXISTS {HNSW_INDEX}")
 
 
-def create_index(conn: Connection) -> None:
-    """The HNSW index on cosine distance with the daemon's build parameters, unless it exists."""
+def create_index(conn: Connection, with_: str = HNSW_WITH) -> None:
+    """The HNSW index on cosine distance, unless it exists: with the daemon's build parameters,
+    or the storage parameters ``with_`` (bench/studies/pg_hnsw_real.py compares them)."""
     conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {HNSW_INDEX} ON memory_vectors "
-                         f"USING hnsw (vector vector_cosine_ops) "
-                         f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")
+                         f"USING hnsw (vector vector_cosine_ops) WITH ({with_})")
+
+
+def index_exists(conn: Connection) -> bool:
+    """Whether the HNSW index is there (a bulk load drops it until its end)."""
+    return conn.exec_driver_sql(f"SELECT to_regclass('{HNSW_INDEX}')").scalar() is not None
+
+
+def set_build_parameters(conn: Connection) -> None:
+    """Give the existing index the daemon's build parameters, for its next build to use."""
+    conn.exec_driver_sql(f"ALTER INDEX {HNSW_INDEX} SET ({HNSW_WITH})")
 
 
 def reindex(conn: Connection) -> None:
     """Build the HNSW index again with the current parameters, while searches and writes go on
     (``REINDEX ... CONCURRENTLY``: ``conn`` must be in autocommit)."""
-    conn.exec_driver_sql(f"ALTER INDEX IF EXISTS {HNSW_INDEX} "
-                         f"SET (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")
-    if conn.exec_driver_sql(f"SELECT to_regclass('{HNSW_INDEX}')").scalar() is None:
+    if not index_exists(conn):
         create_index(conn)
-    else:
-        conn.exec_driver_sql(f"REINDEX INDEX CONCURRENTLY {HNSW_INDEX}")
+        return
+    set_build_parameters(conn)
+    conn.exec_driver_sql(f"REINDEX INDEX CONCURRENTLY {HNSW_INDEX}")

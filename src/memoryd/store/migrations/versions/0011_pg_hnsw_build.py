@@ -23,7 +23,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from memoryd.store.postgres.vectors import HNSW_EF_CONSTRUCTION, HNSW_INDEX, HNSW_M
+from memoryd.store.postgres.vectors import HNSW_INDEX, index_exists, set_build_parameters
 
 revision = "0011_pg_hnsw_build"
 down_revision = "0010_audit_lanes"
@@ -38,10 +38,9 @@ def upgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name != "postgresql":
         return
-    exists = bind.execute(sa.text("SELECT to_regclass(:name) IS NOT NULL"), {"name": HNSW_INDEX}).scalar_one()
-    if not exists:  # dropped for a bulk load in progress: its build will use the new parameter
+    if not index_exists(bind):  # dropped for a bulk load in progress: its build will use the new parameter
         return
-    op.execute(f"ALTER INDEX {HNSW_INDEX} SET (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")
+    set_build_parameters(bind)
     # At most REBUILD_ROWS + 1 rows are counted: the check costs nothing on a big store.
     small = bind.execute(sa.text(
         f"SELECT count(*) FROM (SELECT 1 FROM memory_vectors LIMIT {REBUILD_ROWS + 1}) s")).scalar_one()
