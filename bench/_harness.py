@@ -609,7 +609,7 @@ def strip_stop_words(query: str) -> str:
     return " ".join(words) or query
 
 
-#: Daemon config that builds the lexical index (store/sqlite/lex_set.py) however small the store:
+#: Daemon config that builds the lexical index (store/lexindex/index_set.py) however small the store:
 #: ``--lexical-index`` in the recall benches measures it on their labelled sets.
 LEXICAL_INDEX_CONFIG = {"lexical_index_min_rows": 1}
 
@@ -617,7 +617,7 @@ LEXICAL_INDEX_CONFIG = {"lexical_index_min_rows": 1}
 def wait_lexical_index(daemon: Daemon, timeout_s: float = 900.0, *,
                        required: bool = False) -> dict[str, Any] | None:
     """Until the daemon's lexical index is ready and caught up (or, unless ``required``, known
-    not to be needed: a store below its threshold, a PostgreSQL store); its status."""
+    not to be needed: a store below its threshold, or the index turned off); its status."""
     deadline = time.monotonic() + timeout_s
     while True:
         li: dict[str, Any] | None = daemon.call("daemon.status").get("lexical_index")

@@ -144,7 +144,7 @@ def main() -> None:
                         help="notes only: run the daemon on an embedded PostgreSQL 18 + pgvector 0.8 "
                              "(tests/postgres.py) instead of SQLite")
     parser.add_argument("--lexical-index", action="store_true",
-                        help="build the daemon's lexical index (tantivy shards, store/sqlite/lex_set.py) "
+                        help="build the daemon's lexical index (tantivy shards, store/lexindex/index_set.py) "
                              "however small the store, so the lexical leg is the index's and not FTS5's "
                              "(the daemon builds it past lexical_index_min_rows active memories)")
     parser.add_argument("--sweep", action="store_true",

@@ -516,7 +516,7 @@ def start_daemon(root: Path, data_dir: Path, label: str) -> h.Daemon:
         time.sleep(1.0)
     daemon.index_ready_s = time.perf_counter() - warm  # type: ignore[attr-defined]
     daemon.vector_index = vi  # type: ignore[attr-defined]
-    # The lexical index (store/sqlite/lex_set.py) of a store past lexical_index_min_rows, the same.
+    # The lexical index (store/lexindex/index_set.py) of a store past lexical_index_min_rows, the same.
     daemon.lexical_index = h.wait_lexical_index(daemon)  # type: ignore[attr-defined]
     return daemon
 

@@ -112,8 +112,9 @@ class Config:
     vector_index_min_rows: int = _key(20000, "An owner's vectors at which its graph is built (below it the "
                                       "exact scan costs a few ms).")
     vector_index_ef: int = _key(512, "HNSW search beam: higher finds more of the exact top-k, slower.")
-    lexical_index: bool = _key(True, "SQLite: once the store holds lexical_index_min_rows active memories, "
-                               "keep a tantivy index of their words beside it (false: FTS5 only).")
+    lexical_index: bool = _key(True, "Once the store holds lexical_index_min_rows active memories, keep a "
+                               "tantivy index of their words beside it (false: the store's full-text "
+                               "search only, FTS5 or PostgreSQL's tsvector).")
     lexical_index_min_rows: int = _key(200000, "Active memories at which the lexical index is built (below "
                                        "it FTS5 ranks a query's matches in a few ms).")
     lexical_index_shard_rows: int = _key(100000, "Consecutive memories per shard of the lexical index (an "

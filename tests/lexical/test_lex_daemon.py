@@ -1,6 +1,6 @@
-"""The daemon's tantivy shards over its socket: kill -9 while building and while updating, then
-restart (nothing lost, nothing doubled, searches scoped), and a forget that leaves no trace of
-the text in any lexical index file."""
+"""The daemon's tantivy shards over its socket, on each backend: kill -9 while building and while
+updating, then restart (nothing lost, nothing doubled, searches scoped), and a forget that leaves
+no trace of the text in any lexical index file."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ from sqlalchemy import insert, text
 from memoryd.clock import to_rfc3339, utcnow
 from memoryd.privatefs import make_dirs
 from memoryd.store import migrate
-from memoryd.store.engine import create_store_engine
+from memoryd.store.engine import create_store_engine, read_only
 from memoryd.store.ids import new_memory_id
+from memoryd.store.lexindex.changelog import Position, log_for
+from memoryd.store.lexindex.shard import Shard, analyzer
 from memoryd.store.schema import memories
-from memoryd.store.sqlite.lex import Shard, analyzer
 from tests.search._daemon import DaemonFolder, SearchDaemon, stop_cleanly
 
 pytestmark = pytest.mark.slow
@@ -46,8 +47,8 @@ def root() -> Iterator[DaemonFolder]:
     folder.close()
 
 
-def new_daemon(root: DaemonFolder, label: str, config: dict[str, Any]) -> SearchDaemon:
-    return root.daemon(label, "none", config)  # lexical searches need no embedder
+def new_daemon(root: DaemonFolder, label: str, config: dict[str, Any], db_url: str | None) -> SearchDaemon:
+    return root.daemon(label, "none", config, db_url=db_url)  # lexical searches need no embedder
 
 
 def word(i: int) -> str:
@@ -61,7 +62,7 @@ def content(i: int, extra: str = "") -> str:
 def make_store(daemon: SearchDaemon, marker_at: int | None = None) -> None:
     """Rows of distinct words (``word(i)``) and shared ones over three owners, before any start."""
     make_dirs(daemon.data_dir)
-    engine = create_store_engine(f"sqlite:///{daemon.data_dir / 'memoryd.db'}")
+    engine = create_store_engine(daemon.db_url)
     migrate.upgrade(engine)
     stamp, i = to_rfc3339(utcnow()), 0
     rows: list[dict[str, Any]] = []
@@ -136,8 +137,8 @@ def lex_ids(daemon: SearchDaemon, query: str, reader: dict[str, str]) -> list[st
     return daemon.search_ids(query, mode="lexical", k=100, **reader)
 
 
-def test_kill_9_while_building_and_while_updating_then_restart(root: DaemonFolder) -> None:
-    daemon = new_daemon(root, "lex", CONFIG)
+def test_kill_9_while_building_and_while_updating_then_restart(root: DaemonFolder, new_db_url: Any) -> None:
+    daemon = new_daemon(root, "lex", CONFIG, new_db_url())
     make_store(daemon)
     daemon.start()
     kill9(daemon)  # at once: the shards are being built (or not even started)
@@ -169,9 +170,9 @@ def test_kill_9_while_building_and_while_updating_then_restart(root: DaemonFolde
     manifest = json.loads((lex_dir(daemon) / "manifest.json").read_text())
     new = {s for s, r in rows_by_status(daemon).items() if int(r[2][3:8]) >= 3000}
     on_disk = set().union(*(shard_seqs(s) for s in manifest_shards(daemon).values()))
-    with daemon.engine().connect() as conn:
-        logged = conn.execute(text("SELECT count(*) FROM lexical_index_log WHERE id > :i"),
-                              {"i": manifest["log_id"]}).scalar_one()
+    engine = daemon.engine()
+    with read_only(engine) as conn:
+        logged = log_for(engine).behind(conn, Position.from_json(manifest["position"]), 10**6)
     assert logged > 0 and new & on_disk, "the kill did not land between a shard commit and a save"
 
     daemon.start()
@@ -199,8 +200,8 @@ def test_kill_9_while_building_and_while_updating_then_restart(root: DaemonFolde
     assert all(s // SHARD_ROWS == n for n, found in seqs.items() for s in found)
 
 
-def test_forget_leaves_no_text_in_any_lexical_index_file(root: DaemonFolder) -> None:
-    daemon = new_daemon(root, "lexf", {**CONFIG, "retention_interval_s": 1.0})
+def test_forget_leaves_no_text_in_any_lexical_index_file(root: DaemonFolder, new_db_url: Any) -> None:
+    daemon = new_daemon(root, "lexf", {**CONFIG, "retention_interval_s": 1.0}, new_db_url())
     make_store(daemon, marker_at=1734)  # an a2 row
     daemon.start()
     wait_lex(daemon)

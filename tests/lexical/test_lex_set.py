@@ -1,4 +1,4 @@
-"""The lexical index beside a large SQLite store (store/sqlite/lex_set.py), on a real store and real
+"""The lexical index beside a large store (store/lexindex/), on a real store of each backend and real
 tantivy shards: scope inside, a search sees its own writes, applying the log twice changes
 nothing, an erased text's words leave the shard files, and a crash at any point is mended."""
 
@@ -16,15 +16,16 @@ from sqlalchemy import Engine, insert, text
 
 from memoryd.clock import to_rfc3339, utcnow
 from memoryd.store import migrate
+from memoryd.store.backends import backend_for
 from memoryd.store.engine import create_store_engine
 from memoryd.store.ids import new_memory_id
+from memoryd.store.lexindex import index_set as lex_set
+from memoryd.store.lexindex.changelog import log_for
+from memoryd.store.lexindex.index_set import LexSet
+from memoryd.store.lexindex.shard import Shard, analyzer
 from memoryd.store.schema import memories
 from memoryd.store.scope import Reader
 from memoryd.store.search_request import SearchRequest
-from memoryd.store.sqlite import lex_set
-from memoryd.store.sqlite.lex import Shard, analyzer
-from memoryd.store.sqlite.lex_set import LexSet
-from memoryd.store.sqlite.lexical import lexical
 
 OWNERS = (("agent", "a1"), ("agent", "a2"), ("user", "u1"))
 COMMON = ("deploy", "database", "cache", "timeout", "release", "worker", "schema", "token")
@@ -60,8 +61,8 @@ def fill(engine: Engine, n: int, start: int = 0) -> None:
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    eng = create_store_engine(f"sqlite:///{tmp_path / 'memoryd.db'}")
+def engine(tmp_path: Path, new_db_url: Any) -> Iterator[Engine]:
+    eng = create_store_engine(new_db_url() or f"sqlite:///{tmp_path / 'memoryd.db'}")
     migrate.upgrade(eng)
     fill(eng, N)
     yield eng
@@ -82,11 +83,11 @@ def reader_of(scope: str, owner: str) -> Reader:
 
 def search(engine: Engine, query: str, reader: Reader, limit: int = 10, **req: Any) -> list[int]:
     with engine.connect() as conn:
-        return [r["seq"] for r in lexical(conn, SearchRequest(query=query, reader=reader, **req),
-                                          to_rfc3339(utcnow()), limit)]
+        return [r["seq"] for r in backend_for(engine).lexical(
+            conn, SearchRequest(query=query, reader=reader, **req), to_rfc3339(utcnow()), limit)]
 
 
-def fts5(engine: Engine, query: str, reader: Reader, limit: int = 10, **req: Any) -> list[int]:
+def store_leg(engine: Engine, query: str, reader: Reader, limit: int = 10, **req: Any) -> list[int]:
     lex = lex_set.attached(engine)
     lex_set.detach(engine)
     try:
@@ -186,7 +187,7 @@ def test_kind_is_applied_inside_the_shards(engine: Engine, tmp_path: Path) -> No
         kinds = {r[0] for r in conn.execute(
             text(f"SELECT kind FROM memories WHERE seq IN ({','.join(map(str, got))})"))}
     assert got and kinds == {"procedure"}
-    assert set(got) == set(fts5(engine, "deploy database", reader, limit=500, kind="procedure"))
+    assert set(got) == set(store_leg(engine, "deploy database", reader, limit=500, kind="procedure"))
 
 
 def test_common_words_rank_like_fts5(engine: Engine, tmp_path: Path) -> None:
@@ -196,7 +197,7 @@ def test_common_words_rank_like_fts5(engine: Engine, tmp_path: Path) -> None:
     reader = Reader(agent_id="a1", user_id="u1")
     for query in ("deploy timeout", "cache schema token", "release worker database"):
         ours = search(engine, query, reader, limit=20)
-        theirs = fts5(engine, query, reader, limit=20)
+        theirs = store_leg(engine, query, reader, limit=20)
         assert len(ours) == len(theirs) == 20
         assert said(engine, query, ours) == sorted(said(engine, query, ours), reverse=True)
         assert sorted(said(engine, query, ours)) == sorted(said(engine, query, theirs))
@@ -239,17 +240,19 @@ def test_history_candidates_and_phrases_are_fts5s(engine: Engine, tmp_path: Path
                        fetch=10) is None
     reader = Reader(agent_id="a1")
     phrase = '"about the deploy"'
-    assert search(engine, phrase, reader, limit=30) == fts5(engine, phrase, reader, limit=30)
+    assert search(engine, phrase, reader, limit=30) == store_leg(engine, phrase, reader, limit=30)
 
 
 def test_applying_the_log_twice_changes_nothing(engine: Engine, tmp_path: Path) -> None:
     lex = opened(engine, tmp_path / "index")
+    saved = lex.applied
     fill(engine, 100, start=N)
     with engine.begin() as conn:
         conn.execute(text("DELETE FROM memories WHERE seq IN (3, 4, 5)"))
         conn.execute(text("UPDATE memories SET status = 'archived' WHERE seq IN (6, 7)"))
     lex.catch_up()
-    lex.applied = 0  # as after a crash before the manifest: every entry again
+    assert lex.applied != saved
+    lex.applied = saved  # as after a crash before the manifest: every entry again
     lex.catch_up()
     seqs = shard_seqs(lex)
     assert len(seqs) == len(set(seqs))
@@ -280,10 +283,11 @@ def test_a_manifest_of_another_history_is_rebuilt(engine: Engine, tmp_path: Path
     manifest = json.loads((directory / "manifest.json").read_text())
     # The database restored from a backup, or the log dropped and made again: ids start over.
     with engine.begin() as conn:
-        lex_set.drop_log(conn)
-        lex_set.ensure_log(conn)
+        log_for(engine).drop(conn)
+    with engine.begin() as conn:
+        log_for(engine).ensure(conn)
     fill(engine, 10, start=N)
-    manifest["log_id"] = 10**6
+    manifest["position"] = {"mark": 10**12, "seen": []}
     (directory / "manifest.json").write_text(json.dumps(manifest))
     again = opened(engine, directory)
     assert again.build_seconds is not None  # built, not loaded
@@ -330,7 +334,7 @@ def test_a_small_store_gets_no_index_and_its_writes_no_log(engine: Engine, tmp_p
     lex = LexSet(engine, tmp_path / "index", min_rows=N + 1, shard_rows=SHARD_ROWS)
     assert not lex.open() and lex.state == "waiting"
     with engine.connect() as conn:
-        assert not lex_set.has_log(conn)
+        assert not log_for(engine).exists(conn)
     fill(engine, 1, start=N)
     assert lex.open() and lex.status()["docs"] == N + 1
 
@@ -372,9 +376,9 @@ def test_a_word_the_shards_cannot_hold_is_answered_by_fts5(engine: Engine, tmp_p
     with engine.connect() as conn:
         assert lex.top(conn, [held], keys=["agent:a1"], statuses=["active"], kind=None, fetch=10)
         assert lex.top(conn, [long], keys=["agent:a1"], statuses=["active"], kind=None, fetch=10) is None
-    assert search(engine, long, reader) == fts5(engine, long, reader) == [seq_of(engine, long)]
+    assert search(engine, long, reader) == store_leg(engine, long, reader) == [seq_of(engine, long)]
     mixed = f"deploy {long}"
-    assert search(engine, mixed, reader, limit=30) == fts5(engine, mixed, reader, limit=30)
+    assert search(engine, mixed, reader, limit=30) == store_leg(engine, mixed, reader, limit=30)
 
 
 def test_a_manifest_older_than_the_logs_trim_is_rebuilt(engine: Engine, tmp_path: Path) -> None:
@@ -422,7 +426,7 @@ def test_a_panic_in_a_search_is_answered_by_fts5(engine: Engine, tmp_path: Path,
     monkeypatch.setattr(lex, "top", panic)
     reader = Reader(agent_id="a1")
     query = "deploy timeout"
-    assert search(engine, query, reader, limit=20) == fts5(engine, query, reader, limit=20)
+    assert search(engine, query, reader, limit=20) == store_leg(engine, query, reader, limit=20)
 
 
 def test_the_thread_applies_the_log_a_page_at_a_time(engine: Engine, tmp_path: Path) -> None:
@@ -434,6 +438,7 @@ def test_the_thread_applies_the_log_a_page_at_a_time(engine: Engine, tmp_path: P
     assert lex.behind() == 0 and sorted(shard_seqs(lex)) == active_seqs(engine)
 
 
+@pytest.mark.sqlite_only("SQLite's busy timeout and its one writer's lock")
 def test_a_busy_writer_defers_the_logs_trim_and_fails_nothing(engine: Engine, tmp_path: Path) -> None:
     """A large import keeps the store's writer busy: the index thread's trim waits past the busy
     timeout; it must give up quietly (the thread died with 'database is locked' at 786,000
@@ -451,16 +456,17 @@ def test_a_busy_writer_defers_the_logs_trim_and_fails_nothing(engine: Engine, tm
         writer.execute("BEGIN IMMEDIATE")  # the import's writer, holding the lock
         try:
             lex.save()  # must not raise
-            assert json.loads((tmp_path / "index" / "manifest.json").read_text())["log_id"] == lex.applied
+            saved = json.loads((tmp_path / "index" / "manifest.json").read_text())["position"]
+            assert saved == lex.applied.to_json()
         finally:
             writer.rollback()
             writer.close()
         with engine.connect() as conn:
-            left = conn.execute(text(f"SELECT count(*) FROM {lex_set.LOG_TABLE}")).scalar_one()
+            left = conn.execute(text(f"SELECT count(*) FROM {log_for(engine).table}")).scalar_one()
         assert left == 20  # not trimmed yet
         lex.save()
         with engine.connect() as conn:
-            assert conn.execute(text(f"SELECT count(*) FROM {lex_set.LOG_TABLE}")).scalar_one() == 0
+            assert conn.execute(text(f"SELECT count(*) FROM {log_for(engine).table}")).scalar_one() == 0
         lex.close()
     finally:
         impatient.dispose()

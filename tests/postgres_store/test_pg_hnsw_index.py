@@ -62,12 +62,16 @@ def test_store_reindex_rebuilds_the_index_and_searches_still_answer(pg_engine: E
     _embed(pg_engine, vecs)
     _, node_before = index_state(pg_engine)
     env = {**os.environ, "MEMORYD_DB_URL": pg_url}
+    config = tmp_path / "memoryd.toml"
+    config.write_text("lexical_index_min_rows = 1\n")  # this daemon's lexical index, built too
     cmd = [sys.executable, "-m", "memoryd", "store", "reindex", "--data-dir", str(tmp_path / "data"),
-           "--json"]
+           "--config", str(config), "--json"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert (summary["backend"], summary["index"], summary["vectors"]) == ("postgresql", INDEX, 300)
+    assert summary["lexical"]["built"] and summary["lexical"]["docs"] == 300, summary
+    assert (tmp_path / "data" / "index" / "lexical" / "manifest.json").exists()
     options, node_after = index_state(pg_engine)
     assert node_after != node_before
     assert options is not None and sorted(options) == ["ef_construction=200", "m=16"]

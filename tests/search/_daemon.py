@@ -191,8 +191,9 @@ class DaemonFolder:
         self.path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
         self.started: list[SearchDaemon] = []
 
-    def daemon(self, label: str, embedder: str, config: dict[str, Any]) -> SearchDaemon:
-        daemon = SearchDaemon(self.path, label, embedder, config)
+    def daemon(self, label: str, embedder: str, config: dict[str, Any],
+               db_url: str | None = None) -> SearchDaemon:
+        daemon = SearchDaemon(self.path, label, embedder, config, db_url=db_url)
         self.started.append(daemon)
         return daemon
 

@@ -174,8 +174,10 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
 
     On PostgreSQL, the HNSW index in the database is built again with the
     current parameters (``REINDEX ... CONCURRENTLY``: other daemons on the
-    database keep searching and writing meanwhile). Use it once after an
-    upgrade that changed them on a store of more than 50,000 vectors.
+    database keep searching and writing meanwhile), and this daemon's lexical
+    index is dropped and built again as on SQLite (each daemon keeps its own).
+    Use it once after an upgrade that changed the HNSW parameters on a store
+    of more than 50,000 vectors.
 
     \b
     Example:
@@ -207,7 +209,7 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
         try:
             migrate.upgrade(engine)
             if not is_sqlite(engine):
-                _reindex_postgres(engine, as_json)
+                _reindex_postgres(cfg, engine, as_json)
                 return
             directory = cfg.resolved_data_dir() / "index" / "vectors"
             shutil.rmtree(directory, ignore_errors=True)
@@ -234,6 +236,10 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
         return
     click.echo(f"built {summary['graphs']} graph(s) holding {summary['vectors_in_graphs']} of "
                f"{summary['vectors']} vectors in {summary['seconds']} s ({directory})")
+    _echo_lexical(lexical)
+
+
+def _echo_lexical(lexical: dict[str, Any]) -> None:
     if lexical["built"]:
         click.echo(f"built the lexical index: {lexical['shards']} shard(s) holding {lexical['docs']} "
                    f"memories in {lexical['seconds']} s ({lexical['directory']})")
@@ -241,8 +247,9 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
         click.echo(f"no lexical index: {lexical['reason']}")
 
 
-def _reindex_postgres(engine: Any, as_json: bool) -> None:
-    """REINDEX the HNSW index of a PostgreSQL store and print what was done."""
+def _reindex_postgres(cfg: Any, engine: Any, as_json: bool) -> None:
+    """REINDEX the HNSW index of a PostgreSQL store, rebuild this daemon's lexical index beside
+    it, and print what was done."""
     from memoryd.store.backends import backend_for
     from memoryd.store.postgres.vectors import HNSW_INDEX
     from memoryd.store.vectors import stored_count
@@ -256,35 +263,35 @@ def _reindex_postgres(engine: Any, as_json: bool) -> None:
     backend_for(engine).reindex_vectors(engine)
     summary = {"backend": "postgresql", "index": HNSW_INDEX, "vectors": vectors,
                "seconds": round(time.perf_counter() - t0, 1)}
+    summary["lexical"] = lexical = _reindex_lexical(cfg, engine, as_json)
     if as_json:
         click.echo(json.dumps(summary))
-    else:
-        click.echo(f"built the HNSW index ({summary['index']}) of {vectors} vectors "
-                   f"in {summary['seconds']} s")
+        return
+    click.echo(f"built the HNSW index ({summary['index']}) of {vectors} vectors in {summary['seconds']} s")
+    _echo_lexical(lexical)
 
 
 def _reindex_lexical(cfg: Any, engine: Any, as_json: bool) -> dict[str, Any]:
     """Drop the tantivy shards and build them again when the store is large enough for them."""
-    from memoryd.store.sqlite import lex_set
-    from memoryd.store.sqlite.lex import wipe
+    from memoryd.store.lexindex.index_set import LexSet, drop_unread_log
+    from memoryd.store.lexindex.shard import wipe
 
     directory = cfg.resolved_data_dir() / "index" / "lexical"
     wipe(directory)  # zeros first: a shard an erasure marked still holds the erased words
     out: dict[str, Any] = {"built": False, "directory": str(directory)}
     if not cfg.lexical_index:
-        with engine.begin() as conn:
-            lex_set.drop_log(conn)
-        return {**out, "reason": "lexical_index is off (FTS5 answers every search)"}
+        drop_unread_log(engine)
+        return {**out, "reason": "lexical_index is off (the store's full-text search answers every search)"}
     if not as_json:
         click.echo(f"building the lexical index if {cfg.lexical_index_min_rows}+ memories are active...",
                    err=True)
     t0 = time.perf_counter()
-    lex = lex_set.LexSet(engine, directory, min_rows=cfg.lexical_index_min_rows,
-                         shard_rows=cfg.lexical_index_shard_rows)
+    lex = LexSet(engine, directory, min_rows=cfg.lexical_index_min_rows,
+                 shard_rows=cfg.lexical_index_shard_rows)
     try:
         if not lex.open():
             return {**out, "reason": f"fewer than {cfg.lexical_index_min_rows} active memories "
-                                     "(FTS5 answers every search)"}
+                                     "(the store's full-text search answers every search)"}
         return {**out, "built": True, "shards": len(lex.shards), "docs": lex.docs(),
                 "seconds": round(time.perf_counter() - t0, 1)}
     finally:

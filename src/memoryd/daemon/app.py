@@ -40,10 +40,10 @@ from memoryd.store import memories as mem
 from memoryd.store.backend import Stoppable
 from memoryd.store.backends import backend_for
 from memoryd.store.engine import is_sqlite, read_only
+from memoryd.store.lexindex.index_set import LexSet, drop_unread_log
 from memoryd.store.memories import WriteContext
 from memoryd.store.opening import daemon_engine
 from memoryd.store.sqlite.ann_set import AnnSet
-from memoryd.store.sqlite.lex_set import LexSet
 
 log = structlog.get_logger(__name__)
 
@@ -184,26 +184,25 @@ class Daemon:
         ann_set.attach(engine, self.ann)
 
     def _open_lexical_index(self, engine: Engine) -> None:
-        """SQLite: the tantivy shards beside a large store (store/sqlite/lex_set.py), opened or
-        built on a thread of their own; lexical searches use FTS5 until they are ready. With
-        ``lexical_index`` off, the change log is dropped (nothing would read it)."""
-        if not is_sqlite(engine):
-            return
-        from memoryd.store.sqlite import lex_set
-        from memoryd.store.sqlite.lex import wipe
+        """The tantivy shards beside a large store (store/lexindex/), opened or built on a thread
+        of their own; lexical searches use the store's full-text search until they are ready.
+        With ``lexical_index`` off, the change log is dropped (nothing would read it), unless
+        other daemons on a PostgreSQL store read it."""
+        from memoryd.store.lexindex import index_set
+        from memoryd.store.lexindex.changelog import log_for
+        from memoryd.store.lexindex.shard import wipe
 
         directory = self.data_dir / "index" / "lexical"
         if not self.cfg.lexical_index:
             # Nothing logs changes or erasures from now on: the files go with the log.
-            with engine.begin() as conn:
-                lex_set.drop_log(conn)
+            drop_unread_log(engine)
             wipe(directory)
             return
-        self.lex = lex_set.LexSet(engine, directory,
-                                  min_rows=self.cfg.lexical_index_min_rows,
-                                  shard_rows=self.cfg.lexical_index_shard_rows)
+        self.lex = index_set.LexSet(engine, directory, changelog=log_for(engine),
+                                    min_rows=self.cfg.lexical_index_min_rows,
+                                    shard_rows=self.cfg.lexical_index_shard_rows)
         self.lex.start()
-        lex_set.attach(engine, self.lex)
+        index_set.attach(engine, self.lex)
 
     async def _serve(self) -> int:
         loop = asyncio.get_running_loop()

@@ -1,5 +1,7 @@
 """The lexical leg on PostgreSQL: the generated ``memories.content_tsv`` (migration 0008), its GIN
-index, ``@@`` and ``ts_rank_cd``.
+index, ``@@`` and ``ts_rank_cd``; or, in a store large enough to have one, the tantivy shards
+beside it (store/lexindex/): ``ts_rank_cd`` ranks every match first, over a second for common
+words at a million memories.
 
 The query is built from bound values only: each word goes through
 ``plainto_tsquery`` (or the whole phrase through ``phraseto_tsquery``) as a
@@ -9,11 +11,14 @@ leg ORs FTS5 terms. User text is never spliced into SQL or into tsquery syntax.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Float, bindparam, func, literal_column, select
 from sqlalchemy.dialects.postgresql import TSVECTOR
 
+from memoryd.store.lexindex import index_set
+from memoryd.store.lexindex.search import from_index
 from memoryd.store.schema import memories
 from memoryd.store.search_request import CANDIDATE, QueryTerms, SearchRequest, query_terms, row_filter
 
@@ -42,6 +47,15 @@ def lexical(conn: Connection, req: SearchRequest, now: str, limit: int) -> list[
     terms = query_terms(req.query)
     if terms is None:
         return []
+    index = index_set.attached(conn.engine)
+    if index is not None and index.ready.is_set():
+        def check(seqs: Sequence[int]) -> list[dict[str, Any]]:
+            stmt = select(*CANDIDATE).where(memories.c.seq.in_(list(seqs)), row_filter(req, now))
+            return [dict(r._mapping) for r in conn.execute(stmt)]
+
+        found = from_index(conn, index, req, limit, check)
+        if found is not None:
+            return found
     query, params = tsquery(terms)
     rank = func.ts_rank_cd(content_tsv, query, type_=Float).label("bm25")
     stmt = (

@@ -55,8 +55,8 @@ from sqlalchemy import Connection, Engine
 
 from memoryd.privatefs import make_dirs
 from memoryd.store.engine import read_only
+from memoryd.store.sidecar import IndexThread, Registry, read_manifest, trim_log, write_json
 from memoryd.store.sqlite.ann import OwnerIndex
-from memoryd.store.sqlite.sidecar import IndexThread, Registry, read_manifest, trim_log, write_json
 
 log = structlog.get_logger(__name__)
 

@@ -1,35 +1,20 @@
 """The lexical leg on SQLite: FTS5 (external content over ``memories``) ranked by BM25, or, in a
-store large enough to have one, the tantivy shards beside it (store/sqlite/lex_set.py)."""
+store large enough to have one, the tantivy shards beside it (store/lexindex/)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-import structlog
 from sqlalchemy import Connection, Integer, String, bindparam, func, literal_column, select, table, text
 
 from memoryd.store import prepared
+from memoryd.store.lexindex import index_set
+from memoryd.store.lexindex.search import LEX_MAX_FETCH, LEX_MIN_FETCH, LEX_OVERFETCH, from_index
 from memoryd.store.schema import memories
-from memoryd.store.scope import scope_keys
-from memoryd.store.search_request import (
-    CANDIDATE,
-    SearchRequest,
-    filter_shape,
-    query_terms,
-    row_filter,
-    statuses_for,
-)
-from memoryd.store.sqlite import lex_set
+from memoryd.store.search_request import CANDIDATE, SearchRequest, filter_shape, query_terms, row_filter
 from memoryd.store.sqlite.crossjoin import CrossJoin, by_seq
-
-log = structlog.get_logger(__name__)
-
-#: The lexical leg checks the best max(limit x LEX_OVERFETCH, LEX_MIN_FETCH) full-text matches
-#: against the filters first, and fetches more only when too few pass.
-LEX_OVERFETCH = 10
-LEX_MIN_FETCH = 200
-LEX_MAX_FETCH = 12_800
 
 fts = table("memories_fts", literal_column("rowid"))
 
@@ -62,9 +47,15 @@ def lexical(conn: Connection, req: SearchRequest, now: str, limit: int) -> list[
     match = fts_match(req.query)
     if match is None:
         return []
-    index = lex_set.attached(conn.engine)
+    index = index_set.attached(conn.engine)
     if index is not None and index.ready.is_set():  # else FTS5's at once (a small store: always)
-        found = _from_index(conn, index, req, now, limit)
+        stmt = prepared.prepare(conn, ("search.lexical.index", filter_shape(req)), lambda: _checked_rows(req))
+
+        def check(seqs: Sequence[int]) -> list[dict[str, Any]]:
+            rows = prepared.fetch(conn, stmt, {"seqs": json.dumps(list(seqs)), "now": now})
+            return [dict(zip(_CANDIDATE_NAMES, row, strict=True)) for row in rows]
+
+        found = from_index(conn, index, req, limit, check)
         if found is not None:
             return found
     stmt = prepared.prepare(conn, ("search.lexical", filter_shape(req)), lambda: _ranked_rows(req))
@@ -80,42 +71,6 @@ def lexical(conn: Connection, req: SearchRequest, now: str, limit: int) -> list[
 
 _ROW_NAMES = (*(c.name for c in CANDIDATE), "bm25")
 _CANDIDATE_NAMES = tuple(c.name for c in CANDIDATE)
-
-
-def _from_index(conn: Connection, index: lex_set.LexSet, req: SearchRequest, now: str,
-                limit: int) -> list[dict[str, Any]] | None:
-    """The lexical leg from the tantivy shards: their best ``fetch`` rows that the reader may
-    see (scope and kind applied inside each shard's search), checked against the request's
-    other filters in the store, best first; more are fetched when too few pass, as with FTS5.
-    None when the index cannot answer this search (FTS5 does)."""
-    terms = query_terms(req.query)
-    if terms is None or terms.phrase:
-        return None  # the shards keep no positions: a quoted phrase is FTS5's
-    keys = scope_keys(req.reader, req.scope)
-    statuses = statuses_for(req)
-    stmt = prepared.prepare(conn, ("search.lexical.index", filter_shape(req)), lambda: _checked_rows(req))
-    fetch = max(limit * LEX_OVERFETCH, LEX_MIN_FETCH)
-    while fetch <= LEX_MAX_FETCH:
-        try:
-            hits = index.top(conn, terms.words, keys=keys, statuses=statuses, kind=req.kind, fetch=fetch)
-        except BaseException as exc:  # the store still answers, by FTS5
-            # tantivy's panics reach Python as pyo3's PanicException, a BaseException.
-            if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
-                raise
-            log.warning("lex.search_failed", error=f"{type(exc).__name__}: {exc}", fix="answered by FTS5")
-            return None
-        if hits is None:
-            return None
-        rank = {seq: i for i, (seq, _) in enumerate(hits)}
-        rows = prepared.fetch(conn, stmt, {"seqs": json.dumps(list(rank)), "now": now})
-        found = [dict(zip(_CANDIDATE_NAMES, row, strict=True)) for row in rows]
-        found.sort(key=lambda r: rank[r["seq"]])
-        for r in found:
-            r["bm25"] = hits[rank[r["seq"]]][1]
-        if len(found) >= limit or len(hits) < fetch:
-            return found[:limit]
-        fetch *= 8
-    return None
 
 
 def _checked_rows(req: SearchRequest) -> Any:

@@ -1,7 +1,8 @@
-"""What the indexes beside a SQLite store share (the HNSW graphs, store/sqlite/ann_set.py, and the
-lexical shards, store/sqlite/lex_set.py): the thread that keeps one in step, the registry that
-tells a search which one serves its engine, the manifest read and written atomically, and the
-trim of a change log, which must never fail an index because the store's writer is busy."""
+"""What the indexes beside the store of record share (the HNSW graphs beside a SQLite store,
+store/sqlite/ann_set.py, and the lexical shards beside either backend, store/lexindex/): the
+thread that keeps one in step, the registry that tells a search which one serves its engine, the
+manifest read and written atomically, and the trim of a change log, which must never fail an
+index because the store's writer is busy."""
 
 from __future__ import annotations
 
@@ -116,6 +117,7 @@ def trim_log(engine: Engine, statements: Sequence[tuple[str, tuple[Any, ...]]]) 
 
 
 def is_busy(exc: OperationalError) -> bool:
-    """Whether SQLite gave up waiting for another writer (busy timeout): worth trying again."""
+    """Whether the store gave up waiting for another writer (SQLite's busy timeout, PostgreSQL's
+    lock timeout): worth trying again."""
     text = str(exc.orig).lower()
-    return "locked" in text or "busy" in text
+    return "locked" in text or "busy" in text or "lock timeout" in text

@@ -1,10 +1,10 @@
-"""One shard of the lexical index beside a SQLite store: a tantivy index of some rows' words.
+"""One shard of the lexical index beside a store: a tantivy index of some rows' words.
 
 FTS5 ranks every match of a query by BM25 before it can return the best: at a
 million memories, a query of common words costs about 100 ms on a quiet
 machine (bench/studies/lexical_engines.py). tantivy keeps block-wise score
 bounds and skips the blocks that cannot reach the top k (block-max WAND): the
-same queries take 2 - 9 ms there. store/sqlite/lex_set.py keeps a set of these
+same queries take 2 - 9 ms there. store/lexindex/index_set.py keeps a set of these
 shards in step with the store; this module is one shard.
 
 A shard holds the active rows whose ``seq`` falls in its range, with:

@@ -1,29 +1,33 @@
-"""The lexical index beside a large SQLite store: tantivy shards by seq range, kept in step by a log.
+"""The lexical index beside a large store: tantivy shards by seq range, kept in step by a change log.
 
-The store of record is the database, and FTS5 over it answers any lexical
-search exactly. At a million memories FTS5 ranks every match first (about
-100 ms for common words), so once a store holds ``min_rows`` active memories
-the daemon also keeps a tantivy index of them (store/sqlite/lex.py), split
-into shards of ``shard_rows`` consecutive seqs. A search asks every shard for
-its best rows, with the reader's scope keys (and a kind) required inside the
-shard's search, merges the lists by score, and checks the rows against the
-request's filters in the database, as the FTS5 leg does.
+The store of record is the database, and its own full-text search (FTS5 on
+SQLite, a tsvector's GIN index on PostgreSQL) answers any lexical search
+exactly. At a million memories both rank every match first (FTS5 about 100 ms
+for common words, PostgreSQL's ``ts_rank_cd`` over a second), so once a store
+holds ``min_rows`` active memories the daemon also keeps a tantivy index of
+them (store/lexindex/shard.py), split into shards of ``shard_rows``
+consecutive seqs. A search asks every shard for its best rows, with the
+reader's scope keys (and a kind) required inside the shard's search, merges
+the lists by score, and checks the rows against the request's filters in the
+database, as the store's own leg does.
 
 The four rules of DESIGN.md's "Indexes beside the store of record":
 
 * **Rebuildable.** The shards are directories under
   ``<data dir>/index/lexical/``, named in ``manifest.json``; deleting the folder
   (or ``memoryd store reindex``) rebuilds them from the store.
-* **Crash-consistent.** Triggers (:data:`LOG_DDL`) append the ``seq`` of every
-  memory whose content, status, kind or owner changes to
-  ``lexical_index_log``, in the writer's transaction. Applying an entry makes
-  the shard match the store's current row (delete the document, add it back
-  if the row is active), so applying one twice changes nothing. The manifest
-  names the shard directories and the last log id their commits hold; it is
-  replaced atomically after the commits it describes, so a kill -9 at any
-  point leaves shards that the log, applied again from the manifest's id,
-  brings back in step. Directories the manifest does not name are removed at
-  start. The log is trimmed only up to what the manifest holds.
+* **Crash-consistent.** Triggers append the ``seq`` of every memory whose
+  content, status, kind or owner changes to a change log, in the writer's
+  transaction (store/lexindex/changelog.py: SQLite's log is read by id,
+  PostgreSQL's by transaction-id horizon). Applying an entry makes the shard
+  match the store's current row (delete the document, add it back if the row
+  is active), so applying one twice changes nothing. The manifest names the
+  shard directories and the log position their commits hold; it is replaced
+  atomically after the commits it describes, so a kill -9 at any point leaves
+  shards that the log, applied again from the manifest's position, brings
+  back in step. Directories the manifest does not name are removed at start.
+  The log is trimmed only up to what the manifest holds (on PostgreSQL, up to
+  what every daemon's manifest holds: each keeps its own shards).
 * **Erased.** Deleting a document hides it at once, but tantivy keeps its words
   in the shard's files until a merge. So an entry for an erased text (the
   content changed or the row deleted) marks its shard for a rebuild from the
@@ -35,111 +39,67 @@ The four rules of DESIGN.md's "Indexes beside the store of record":
   requires one of the reader's keys, so a shard returns only rows the reader
   may see (never a global top-k filtered afterwards). Rows of any status
   other than active are not indexed: a search for history or candidates uses
-  FTS5.
+  the store's own leg.
 
 A search always sees its own writes: when the log holds entries the shards
 have not applied, a search applies up to :data:`INLINE_CATCH_UP` of them
-itself (a commit: about 11 ms), and further behind it answers from FTS5.
-
-PostgreSQL needs none of this here.
+itself (a commit: about 11 ms), and further behind it answers from the store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import structlog
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.exc import OperationalError
 
 from memoryd.privatefs import make_dirs
 from memoryd.store.engine import read_only
-from memoryd.store.sqlite.lex import Queries, Row, Shard, build, wipe
-from memoryd.store.sqlite.sidecar import IndexThread, Registry, is_busy, read_manifest, trim_log, write_json
+from memoryd.store.lexindex.changelog import ChangeLog, LogTrimmed, Position, distinct_seqs, log_for
+from memoryd.store.lexindex.shard import Queries, Row, Shard, build, wipe
+from memoryd.store.schema import memories
+from memoryd.store.sidecar import IndexThread, Registry, is_busy, read_manifest, write_json
 
 log = structlog.get_logger(__name__)
 
-FORMAT = 2  # 2: the manifest names the log's history
-LOG_TABLE = "lexical_index_log"
-#: One row: the log's history (a random id made with the log: a manifest of another history
-#: describes shards this log never fed) and the id the log was trimmed to (the entries up to it
-#: are gone: a manifest older than that missed them).
-STATE_TABLE = "lexical_index_state"
-_TRIGGERS = ("lexical_index_log_mi", "lexical_index_log_md", "lexical_index_log_mu")
-#: The change log and its triggers, created when the store first reaches ``min_rows`` (a small
-#: store's writes pay nothing for an index it does not have).
-LOG_DDL = [
-    f"CREATE TABLE IF NOT EXISTS {LOG_TABLE} (id INTEGER PRIMARY KEY AUTOINCREMENT, "
-    "memory_seq INTEGER NOT NULL, erased INTEGER NOT NULL DEFAULT 0)",
-    f"CREATE TRIGGER IF NOT EXISTS {_TRIGGERS[0]} AFTER INSERT ON memories "
-    f"WHEN new.content IS NOT NULL BEGIN INSERT INTO {LOG_TABLE} (memory_seq) VALUES (new.seq); END",
-    f"CREATE TRIGGER IF NOT EXISTS {_TRIGGERS[1]} AFTER DELETE ON memories BEGIN "
-    f"INSERT INTO {LOG_TABLE} (memory_seq, erased) VALUES (old.seq, 1); END",
-    f"CREATE TRIGGER IF NOT EXISTS {_TRIGGERS[2]} AFTER UPDATE OF content, status, kind, scope, owner "
-    "ON memories WHEN new.content IS NOT old.content OR new.status IS NOT old.status "
-    "OR new.kind IS NOT old.kind OR new.scope IS NOT old.scope OR new.owner IS NOT old.owner BEGIN "
-    f"INSERT INTO {LOG_TABLE} (memory_seq, erased) VALUES (new.seq, new.content IS NOT old.content); END",
-    f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (id INTEGER PRIMARY KEY CHECK (id = 1), "
-    "history TEXT NOT NULL, trimmed_to INTEGER NOT NULL)",
-]
+FORMAT = 3  # 3: the log position (SQLite's last id, PostgreSQL's horizon) and the reader's id
 #: The one status the shards hold.
 INDEXED_STATUS = "active"
-#: A search applies the log itself when it is at most this far behind; further behind, FTS5
-#: answers it while the index thread catches up.
+#: A search applies the log itself when it is at most this far behind; further behind, the
+#: store's own leg answers it while the index thread catches up.
 INLINE_CATCH_UP = 256
-#: How long a search waits for the index thread's lock before it answers from FTS5 instead.
+#: How long a search waits for the index thread's lock before it answers from the store instead.
 LOCK_WAIT_S = 0.05
 #: Log entries read per step of a catch-up.
 LOG_PAGE = 2000
 #: Rows read from the store per step of a shard's build.
 BUILD_CHUNK = 20_000
+#: Rows of the store read in one statement while the log is applied.
+APPLY_CHUNK = 500
 #: The manifest is written at least this often while the log is being applied.
 SAVE_EVERY_S = 5.0
+#: ... and this often however quiet the store: on PostgreSQL it tells the other daemons that
+#: this one still reads the log (store/postgres/lex_log.py keeps it for the readers seen lately).
+KEEPALIVE_S = 600.0
+#: How far behind ``memoryd status`` counts (PostgreSQL counts the unapplied entries).
+BEHIND_CAP = 1_000_000
 #: The index thread applies the log for about this long before it saves and rebuilds.
 STEP_S = 2.0
 #: What is applied as the daemon stops, at most (the rest at the next start).
 STOP_BUDGET_S = 5.0
 
-_ROW_SQL = ("SELECT seq, content, scope || ':' || owner, kind FROM memories "
-            "WHERE seq >= ? AND seq < ? AND status = ? AND content IS NOT NULL ORDER BY seq LIMIT ?")
-
-
-def has_log(conn: Connection) -> bool:
-    return conn.exec_driver_sql(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (LOG_TABLE,)).first() is not None
-
-
-def ensure_log(conn: Connection) -> None:
-    for statement in LOG_DDL:
-        conn.exec_driver_sql(statement)
-    conn.exec_driver_sql(f"INSERT OR IGNORE INTO {STATE_TABLE} (id, history, trimmed_to) VALUES (1, ?, 0)",
-                         (uuid.uuid4().hex,))
-
-
-def drop_log(conn: Connection) -> None:
-    """Remove the log and its triggers (the index is turned off: nothing would read them). The
-    caller wipes the index's files: changes and erasures after this are never logged."""
-    for name in _TRIGGERS:
-        conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
-    conn.exec_driver_sql(f"DROP TABLE IF EXISTS {LOG_TABLE}")
-    conn.exec_driver_sql(f"DROP TABLE IF EXISTS {STATE_TABLE}")
-
-
-def _last_log_id(conn: Connection) -> int:
-    """The last id the log issued (SQLite's AUTOINCREMENT counter: it stays when the log is
-    trimmed, where max(id) would fall back to 0)."""
-    issued = conn.exec_driver_sql("SELECT seq FROM sqlite_sequence WHERE name = ?", (LOG_TABLE,)).scalar()
-    return int(issued or 0)
-
-
-def _log_state(conn: Connection) -> tuple[str, int]:
-    row = conn.exec_driver_sql(f"SELECT history, trimmed_to FROM {STATE_TABLE} WHERE id = 1").one()
-    return str(row[0]), int(row[1])
+_ROW_SQL = text("SELECT seq, content, scope || ':' || owner, kind FROM memories "
+                "WHERE seq >= :lo AND seq < :hi AND status = :status AND content IS NOT NULL "
+                "ORDER BY seq LIMIT :n")
+_ACTIVE = text("SELECT count(*) FROM memories WHERE status = :status")
+_TOP_SEQ = text("SELECT coalesce(max(seq), 0) FROM memories")
 
 
 class LexSet(IndexThread):
@@ -148,16 +108,19 @@ class LexSet(IndexThread):
     thread_name = "memoryd-lex"
 
     def __init__(self, engine: Engine, directory: Path, *, min_rows: int = 200_000,
-                 shard_rows: int = 100_000):
+                 shard_rows: int = 100_000, changelog: ChangeLog | None = None):
         super().__init__()
         self.engine = engine
+        self.log = changelog or log_for(engine)
         self.dir = directory
         self.min_rows = min_rows
         self.shard_rows = shard_rows
         self._lock = threading.RLock()
         self.shards: dict[int, Shard] = {}
-        self.applied = 0
-        self.saved_log_id = 0
+        self.applied = Position()
+        self.saved = Position()
+        #: This index's name among the daemons that read one PostgreSQL store's log.
+        self.reader = uuid.uuid4().hex
         self.generation = 0
         #: Shards to rebuild (an erased text's words are in them), with how many erasures marked
         #: each: a rebuild clears a shard's mark only if no erasure marked it again meanwhile.
@@ -187,12 +150,18 @@ class LexSet(IndexThread):
                 if not busy:
                     self._wake.wait(timeout=1.0)
                 self._wake.clear()
-                busy = self.catch_up(budget_s=STEP_S) > 0 and self.behind() > 0
+                try:
+                    busy = self.catch_up(budget_s=STEP_S) > 0 and self.behind() > 0
+                except LogTrimmed as exc:
+                    self._rebuild_all(str(exc))
+                    continue
                 self.rebuild_pending()
-                if self.saved_log_id != self.applied and time.monotonic() - self._saved_at >= SAVE_EVERY_S:
+                since_save = time.monotonic() - self._saved_at
+                if (self.saved != self.applied and since_save >= SAVE_EVERY_S) or since_save >= KEEPALIVE_S:
                     self.save()
             if self.ready.is_set():
-                self.catch_up(budget_s=STOP_BUDGET_S)  # the rest at the next start, from the manifest
+                with _suppress_trimmed():
+                    self.catch_up(budget_s=STOP_BUDGET_S)  # the rest at the next start, from the manifest
                 self.save()
         except InterruptedError:  # stopped during a build: built again at the next start
             pass
@@ -223,15 +192,14 @@ class LexSet(IndexThread):
         rebuild the shards an erasure marked. False when the store is too small for an index."""
         t0 = time.perf_counter()
         with read_only(self.engine) as conn:
-            logged = has_log(conn)
+            logged = self.log.exists(conn)
         if logged:
             # The triggers again, should a table rebuild have dropped them.
             if not self._create_log():
                 return False
         else:
             with read_only(self.engine) as conn:
-                active = int(conn.exec_driver_sql(
-                    "SELECT count(*) FROM memories WHERE status = ?", (INDEXED_STATUS,)).scalar_one())
+                active = int(conn.execute(_ACTIVE, {"status": INDEXED_STATUS}).scalar_one())
             if active < self.min_rows:
                 self.state = "waiting"
                 return False
@@ -245,7 +213,11 @@ class LexSet(IndexThread):
             self._build_all()
         else:
             self._load(manifest)
-        self.catch_up()
+        try:
+            self.catch_up()
+        except LogTrimmed as exc:  # another daemon trimmed it while this one was away
+            self._rebuild_all(str(exc))
+            self.catch_up()
         self.rebuild_pending()
         self.save()
         self.ready.set()
@@ -260,7 +232,7 @@ class LexSet(IndexThread):
         for _ in range(attempts):
             try:
                 with self.engine.begin() as conn:
-                    ensure_log(conn)
+                    self.log.ensure(conn)
                 return True
             except OperationalError as exc:
                 if not is_busy(exc) or self._stop.is_set():
@@ -272,15 +244,15 @@ class LexSet(IndexThread):
 
     def _log_holds(self, manifest: dict[str, Any]) -> bool:
         """Whether this log can bring the manifest's shards in step: the same history (not a log
-        dropped and made again), every entry after the manifest's id still in it (not trimmed
-        past it), and that id issued (not a database restored from before it)."""
-        log_id = int(manifest.get("log_id", -1))
+        dropped and made again), every entry after the manifest's position still in it (not
+        trimmed past it), and that position reached (not a database restored from before it)."""
+        position = _position_of(manifest)
         with read_only(self.engine) as conn:
-            history, trimmed_to = _log_state(conn)
-            issued = _last_log_id(conn)
-        if manifest.get("history") == history and trimmed_to <= log_id <= issued:
+            history = self.log.history(conn)
+            holds = position is not None and self.log.holds(conn, position)
+        if manifest.get("history") == history and holds:
             return True
-        log.info("lex.manifest_of_another_history", log_id=log_id, issued=issued, trimmed_to=trimmed_to,
+        log.info("lex.manifest_of_another_history", position=manifest.get("position"),
                  same_history=manifest.get("history") == history, fix="rebuilding")
         return False
 
@@ -291,9 +263,9 @@ class LexSet(IndexThread):
             # A new generation's names never meet an old directory's, even one a wipe missed.
             self.generation = max(self.generation, _generation_of(path.name))
             wipe(path)
+        since = self._start_reading()
         with read_only(self.engine) as conn:
-            since = _last_log_id(conn)
-            top = int(conn.exec_driver_sql("SELECT coalesce(max(seq), 0) FROM memories").scalar_one())
+            top = int(conn.execute(_TOP_SEQ).scalar_one())
         self.generation += 1
         shards: dict[int, Shard] = {}
         for number in range(top // self.shard_rows + 1):
@@ -306,6 +278,34 @@ class LexSet(IndexThread):
             self.pending = {}
         self.build_seconds = time.perf_counter() - t0
 
+    def _start_reading(self) -> Position:
+        """The log position a build that reads the store from now on starts at, recorded as this
+        reader's first (on PostgreSQL, another daemon's trim then keeps the entries after it)."""
+        for _ in range(10):
+            with read_only(self.engine) as conn:
+                since = self.log.head(conn)
+            self.log.register(self.engine, since, self.reader)
+            with read_only(self.engine) as conn:
+                if self.log.holds(conn, since):
+                    return since
+            log.info("lex.log_trimmed_past_build_start", fix="starting from a newer position")
+        raise RuntimeError("the change log kept being trimmed past this index's start")
+
+    def _rebuild_all(self, reason: str) -> None:
+        """Build every shard again (the log lost entries this index had not applied); the store's
+        own leg answers searches meanwhile."""
+        log.warning("lex.rebuilding", reason=reason)
+        self.ready.clear()
+        self.state = "opening"
+        if not self._quiesce():
+            raise InterruptedError("stopping")
+        self.close()
+        self._build_all()
+        self.catch_up()
+        self.save()
+        self.ready.set()
+        self.state = "ready"
+
     def _build_shard(self, number: int) -> Shard:
         """A new directory holding shard ``number``'s active rows, read in short transactions."""
         make_dirs(self.dir)
@@ -317,7 +317,8 @@ class LexSet(IndexThread):
             # A transaction per chunk: a reader held for a whole build would keep the WAL (and
             # the pages a forget just erased) from being checkpointed.
             with read_only(self.engine) as conn:
-                chunk = conn.exec_driver_sql(_ROW_SQL, (lo, hi, INDEXED_STATUS, BUILD_CHUNK)).all()
+                chunk = conn.execute(_ROW_SQL, {"lo": lo, "hi": hi, "status": INDEXED_STATUS,
+                                                "n": BUILD_CHUNK}).all()
             if not chunk:
                 return
             for r in chunk:
@@ -334,8 +335,7 @@ class LexSet(IndexThread):
             with self._lock:
                 number = min(self.pending)
                 marks = self.pending[number]  # read before ``since``: a later erasure counts
-            with read_only(self.engine) as conn:
-                since = _last_log_id(conn)
+            since = self._start_reading()
             with self._lock:
                 self.generation += 1
             fresh = self._build_shard(number)
@@ -343,9 +343,7 @@ class LexSet(IndexThread):
                 # What the log gained while it was built, for this shard alone.
                 lo, hi = number * self.shard_rows, (number + 1) * self.shard_rows
                 with read_only(self.engine) as conn:
-                    seqs = [int(r[0]) for r in conn.exec_driver_sql(
-                        f"SELECT DISTINCT memory_seq FROM {LOG_TABLE} WHERE id > ? AND id <= ? "
-                        "AND memory_seq >= ? AND memory_seq < ?", (since, self.applied, lo, hi))]
+                    seqs = self.log.seqs_since(conn, since, self.applied, lo, hi)
                     self._apply_rows(conn, seqs, {number: fresh})
                 fresh.commit()
                 old = self.shards.get(number)
@@ -376,21 +374,18 @@ class LexSet(IndexThread):
             with self._lock:
                 page = LOG_PAGE if limit is None else min(LOG_PAGE, limit - done)
                 with read_only(self.engine) as conn:
-                    rows = conn.exec_driver_sql(
-                        f"SELECT id, memory_seq, erased FROM {LOG_TABLE} WHERE id > ? ORDER BY id LIMIT ?",
-                        (self.applied, page)).all()
-                    if not rows:
-                        return done
-                    seqs = list(dict.fromkeys(int(r[1]) for r in rows))
-                    touched = self._apply_rows(conn, seqs, self.shards, create=True)
+                    entries, position = self.log.read(conn, self.applied, page)
+                    touched = self._apply_rows(conn, distinct_seqs(entries), self.shards, create=True)
                 for number in touched:
                     self.shards[number].commit()
-                for r in rows:
-                    if r[2]:
-                        number = int(r[1]) // self.shard_rows
+                for e in entries:
+                    if e.erased:
+                        number = e.seq // self.shard_rows
                         self.pending[number] = self.pending.get(number, 0) + 1
-                self.applied = int(rows[-1][0])
-                done += len(rows)
+                self.applied = position
+                done += len(entries)
+                if len(entries) < page:
+                    return done
         return done
 
     def _apply_rows(self, conn: Connection, seqs: Sequence[int], shards: dict[int, Shard],
@@ -398,6 +393,7 @@ class LexSet(IndexThread):
         """Make ``shards`` match the store for each memory in ``seqs`` (decided from the current
         row alone, so applying twice, or onto an older shard, gives the same result)."""
         touched: set[int] = set()
+        current = _current_rows(conn, [s for s in seqs if create or s // self.shard_rows in shards])
         for seq in seqs:
             number = seq // self.shard_rows
             shard = shards.get(number)
@@ -406,9 +402,7 @@ class LexSet(IndexThread):
                     continue
                 make_dirs(self.dir)
                 shard = shards[number] = Shard(number, self.dir / f"shard-{number}.{self.generation}")
-            row = conn.exec_driver_sql(
-                "SELECT content, scope || ':' || owner, kind, status FROM memories WHERE seq = ?",
-                (seq,)).first()
+            row = current.get(seq)
             shard.delete(seq)
             if row is not None and row[3] == INDEXED_STATUS and row[0] is not None:
                 shard.add([(seq, str(row[0]), str(row[1]), row[2])])
@@ -431,14 +425,16 @@ class LexSet(IndexThread):
 
     def _top(self, conn: Connection, words: Sequence[str], *, keys: Sequence[str], kind: str | None,
              fetch: int) -> list[tuple[int, float]] | None:
-        behind = _last_log_id(conn) - self.applied
+        behind = self.log.behind(conn, self.applied, INLINE_CATCH_UP + 1)
         if behind > 0:
             if behind > INLINE_CATCH_UP or not self._lock.acquire(timeout=LOCK_WAIT_S):
                 self._wake.set()
                 return None
             try:
                 self.catch_up(limit=INLINE_CATCH_UP)
-                behind = _last_log_id(conn) - self.applied
+                behind = self.log.behind(conn, self.applied, 1)
+            except LogTrimmed:
+                behind = 1  # the thread rebuilds; the store answers meanwhile
             finally:
                 self._lock.release()
             self._wake.set()  # an erased text's shard is rebuilt on the thread, not here
@@ -446,7 +442,7 @@ class LexSet(IndexThread):
                 return None
         tokens = self.queries.tokens(words)
         if not tokens:
-            return None  # a word the shards cannot hold (too long, no letters): FTS5's
+            return None  # a word the shards cannot hold (too long, no letters): the store's
         shards = list(self.shards.values())
         if not shards:
             return []
@@ -485,30 +481,27 @@ class LexSet(IndexThread):
 
     # -- files -------------------------------------------------------------------------------
     def save(self) -> None:
-        """Write the manifest (the shards' directories, the log id they hold, the shards still to
-        rebuild), then trim the log. A directory it no longer names is wiped by whoever replaced
-        it, once no search reads it, or at the next start."""
+        """Write the manifest (the shards' directories, the log position they hold, the shards
+        still to rebuild), then trim the log. A directory it no longer names is wiped by whoever
+        replaced it, once no search reads it, or at the next start."""
         with self._lock:
             make_dirs(self.dir)
             with read_only(self.engine) as conn:
-                history, _ = _log_state(conn)
+                history = self.log.history(conn)
             manifest = {"format": FORMAT, "history": history, "shard_rows": self.shard_rows,
-                        "log_id": self.applied,
+                        "position": self.applied.to_json(), "reader": self.reader,
                         "generation": self.generation, "pending": sorted(self.pending),
                         "shards": {str(n): s.path.name for n, s in self.shards.items()}}
             write_json(self.dir / "manifest.json", manifest)
-            self.saved_log_id = self.applied
+            self.saved = self.applied
             self._saved_at = time.monotonic()
-            trim_log(self.engine, [
-                (f"DELETE FROM {LOG_TABLE} WHERE id <= ?", (self.applied,)),
-                (f"UPDATE {STATE_TABLE} SET trimmed_to = max(trimmed_to, ?) WHERE id = 1", (self.applied,)),
-            ])
+            self.log.trim(self.engine, self.applied, self.reader)
 
     def _read_manifest(self) -> dict[str, Any] | None:
         manifest = read_manifest(self.dir / "manifest.json", "lex.manifest_unreadable")
         if manifest is None:
             return None
-        if manifest.get("format") != FORMAT or manifest.get("shard_rows") != self.shard_rows:
+        if manifest.get("format") not in (2, FORMAT) or manifest.get("shard_rows") != self.shard_rows:
             log.info("lex.manifest_stale", format=manifest.get("format"),
                      shard_rows=manifest.get("shard_rows"))
             return None
@@ -528,7 +521,8 @@ class LexSet(IndexThread):
             return
         with self._lock:
             self.shards = shards
-            self.applied = int(manifest["log_id"])
+            self.applied = _position_of(manifest) or Position()
+            self.reader = str(manifest.get("reader") or self.reader)
             self.generation = int(manifest.get("generation", 0))
             self.pending = {int(n): 1 for n in manifest.get("pending", [])}
         keep = {s.path.name for s in shards.values()}
@@ -538,7 +532,7 @@ class LexSet(IndexThread):
 
     def behind(self) -> int:
         with read_only(self.engine) as conn:
-            return max(0, _last_log_id(conn) - self.applied)
+            return self.log.behind(conn, self.applied, BEHIND_CAP)
 
     def docs(self) -> int:
         return sum(s.docs() for s in list(self.shards.values()))
@@ -550,6 +544,47 @@ class LexSet(IndexThread):
         return {"state": self.state, "ready": self.ready.is_set(), "shards": len(self.shards),
                 "docs": self.docs(), "behind": behind, "rebuilding": len(self.pending),
                 "min_rows": self.min_rows, "shard_rows": self.shard_rows, "error": self.error}
+
+
+def drop_unread_log(engine: Engine) -> None:
+    """Drop the change log and its triggers (the index is turned off), unless another daemon on a
+    PostgreSQL store reads it. The caller wipes the index's files: changes and erasures after
+    this are never logged for them."""
+    changelog = log_for(engine)
+    with engine.begin() as conn:
+        if changelog.exists(conn) and not changelog.read_elsewhere(conn):
+            changelog.drop(conn)
+
+
+def _position_of(manifest: dict[str, Any]) -> Position | None:
+    """The log position a manifest's shards hold (format 2 kept SQLite's last log id alone)."""
+    try:
+        if "position" in manifest:
+            return Position.from_json(manifest["position"])
+        return Position.from_json(int(manifest["log_id"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _current_rows(conn: Connection, seqs: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+    """The store's current content, scope key, kind and status of each memory in ``seqs`` (a
+    statement per APPLY_CHUNK of them, not one per row: on PostgreSQL each is a round trip)."""
+    cols = (memories.c.seq, memories.c.content, (memories.c.scope + ":" + memories.c.owner),
+            memories.c.kind, memories.c.status)
+    out: dict[int, tuple[Any, ...]] = {}
+    for i in range(0, len(seqs), APPLY_CHUNK):
+        chunk = list(seqs[i:i + APPLY_CHUNK])
+        for r in conn.execute(select(*cols).where(memories.c.seq.in_(chunk))):
+            out[int(r[0])] = (r[1], r[2], r[3], r[4])
+    return out
+
+
+@contextlib.contextmanager
+def _suppress_trimmed() -> Iterator[None]:
+    try:
+        yield
+    except LogTrimmed as exc:  # stopping: the next start rebuilds
+        log.info("lex.log_trimmed", error=str(exc), fix="rebuilt at the next start")
 
 
 def _generation_of(name: str) -> int:
