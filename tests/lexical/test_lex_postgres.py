@@ -60,7 +60,7 @@ def test_an_entry_committed_after_a_later_one_is_applied(engine: Engine, tmp_pat
     slow.close()
     lex.catch_up()
     assert finds(lex, "alphaword")
-    # Applied once each: the entries kept above the horizon are not read again.
+    # Applied once each: an entry is read again only while its transaction runs.
     assert lex.catch_up() == 0
     with engine.connect() as conn:
         assert log_for(engine).behind(conn, lex.applied, 100) == 0
@@ -74,13 +74,15 @@ def test_a_search_sees_a_write_that_committed_behind_an_open_transaction(engine:
     lex = opened(engine, tmp_path / "index")
     idle = engine.connect()
     tx = idle.begin()
-    idle.execute(insert(memories), [row(0, "agent", "a1", "the heldword note")])  # holds the horizon
+    idle.execute(insert(memories), [row(0, "agent", "a1", "the heldword note")])  # runs throughout
     try:
         for i in range(3):
             with engine.begin() as conn:
                 conn.execute(insert(memories), [row(0, "agent", "a1", f"the freshword{i} note")])
             assert finds(lex, f"freshword{i}")  # applied inline by the search
         assert not finds(lex, "heldword")
+        # What the index keeps is the transactions running, not the entries applied past them.
+        assert lex.catch_up() == 0 and len(lex.applied.running) == 1
     finally:
         tx.commit()
         idle.close()
@@ -92,7 +94,7 @@ def test_one_daemons_trim_keeps_what_another_has_not_read(engine: Engine, tmp_pa
     first, second = opened(engine, tmp_path / "a"), opened(engine, tmp_path / "b")
     fill(engine, 300, start=N)
     first.catch_up()
-    first.save()  # trims below the lower of the two horizons: the second's, from its open
+    first.save()  # trims to what both have applied: the second only what its open did
     second.catch_up()
     last = N + 299
     key = "{}:{}".format(*OWNERS[last % 3])

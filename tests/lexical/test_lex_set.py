@@ -287,7 +287,7 @@ def test_a_manifest_of_another_history_is_rebuilt(engine: Engine, tmp_path: Path
     with engine.begin() as conn:
         log_for(engine).ensure(conn)
     fill(engine, 10, start=N)
-    manifest["position"] = {"mark": 10**12, "seen": []}
+    manifest["position"] = {"mark": 10**12, "xmin": 10**12, "running": []}
     (directory / "manifest.json").write_text(json.dumps(manifest))
     again = opened(engine, directory)
     assert again.build_seconds is not None  # built, not loaded

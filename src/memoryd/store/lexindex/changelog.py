@@ -12,11 +12,10 @@ what each log must tell is which entries an index has not applied yet.
   id it applied.
 * **PostgreSQL** (store/postgres/lex_log.py) has many writers, and an entry
   whose id was issued first may commit last: a reader that kept "the last id
-  applied" would skip it for good. Each entry carries its transaction's id,
-  and an index stands at a horizon: the oldest transaction still running in
-  the snapshot it last read the log in. Every transaction below that horizon
-  had ended, so every entry below it was read; the entries at or above it
-  that it applied are kept by id (``seen``), and read again never.
+  applied" alone would skip it for good. Each entry carries its transaction's
+  id, and an index stands at the last id it applied *and* the transactions
+  that were still running when it read the log: an entry that commits later
+  with a lower id can only be one of theirs.
 """
 
 from __future__ import annotations
@@ -42,23 +41,24 @@ class Entry:
 
 @dataclass(frozen=True)
 class Position:
-    """How far an index has applied the log.
-
-    SQLite: every entry with an id up to ``mark``. PostgreSQL: every entry of a transaction
-    below ``mark`` (a horizon), and the entries at or above it named in ``seen`` as
-    (id, transaction id) pairs."""
+    """How far an index has applied the log: every entry with an id up to ``mark``, except (on
+    PostgreSQL) those of the transactions in ``running``, which had not committed when it read
+    the log; ``xmin`` is the oldest transaction still running then (every one below it had
+    ended)."""
 
     mark: int = 0
-    seen: tuple[tuple[int, int], ...] = field(default=())
+    xmin: int = 0
+    running: tuple[int, ...] = field(default=())
 
     def to_json(self) -> dict[str, Any]:
-        return {"mark": self.mark, "seen": [list(s) for s in self.seen]}
+        return {"mark": self.mark, "xmin": self.xmin, "running": list(self.running)}
 
     @classmethod
     def from_json(cls, value: Any) -> Position:
         if isinstance(value, int):  # a manifest of format 2 kept the last log id alone
             return cls(mark=value)
-        return cls(mark=int(value["mark"]), seen=tuple((int(i), int(x)) for i, x in value.get("seen", [])))
+        return cls(mark=int(value["mark"]), xmin=int(value.get("xmin", 0)),
+                   running=tuple(int(x) for x in value.get("running", [])))
 
 
 class LogTrimmed(Exception):

@@ -19,9 +19,10 @@ The four rules of DESIGN.md's "Indexes beside the store of record":
 * **Crash-consistent.** Triggers append the ``seq`` of every memory whose
   content, status, kind or owner changes to a change log, in the writer's
   transaction (store/lexindex/changelog.py: SQLite's log is read by id,
-  PostgreSQL's by transaction-id horizon). Applying an entry makes the shard
-  match the store's current row (delete the document, add it back if the row
-  is active), so applying one twice changes nothing. The manifest names the
+  PostgreSQL's by id and the transactions running when it was last read).
+  Applying an entry makes the shard match the store's current row (delete
+  the document, add it back if the row is active), so applying one twice
+  changes nothing. The manifest names the
   shard directories and the log position their commits hold; it is replaced
   atomically after the commits it describes, so a kill -9 at any point leaves
   shards that the log, applied again from the manifest's position, brings
@@ -69,7 +70,8 @@ from memoryd.store.sidecar import IndexThread, Registry, is_busy, read_manifest,
 
 log = structlog.get_logger(__name__)
 
-FORMAT = 3  # 3: the log position (SQLite's last id, PostgreSQL's horizon) and the reader's id
+#: 3: the log position (SQLite: the last id; PostgreSQL: with the running transactions), the reader.
+FORMAT = 3
 #: The one status the shards hold.
 INDEXED_STATUS = "active"
 #: A search applies the log itself when it is at most this far behind; further behind, the

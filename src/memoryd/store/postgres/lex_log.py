@@ -1,22 +1,25 @@
-"""The lexical index's change log in a PostgreSQL store (store/lexindex/changelog.py): read by
-transaction-id horizon, since several writers commit entries out of id order.
+"""The lexical index's change log in a PostgreSQL store (store/lexindex/changelog.py), where
+several writers commit entries out of id order.
 
 Each entry carries its writer's transaction id (``xid``, from
 ``pg_current_xact_id()``). An index reads the log in one REPEATABLE READ
-snapshot: the entries of transactions at or above its horizon that it has not
-applied yet. Once it has read all of them, its next horizon is that
-snapshot's ``pg_snapshot_xmin``: every transaction below it had ended when
-the snapshot was taken, so none of their entries can appear later. Entries at
-or above the new horizon that it applied are kept by id (``Position.seen``)
-and skipped when read again; a long transaction holds the horizon back, and
-that set grows until it ends.
+snapshot and stands, afterwards, at the last id it applied (``mark``) and the
+transactions that snapshot saw running (``running``, ``pg_snapshot_xip``). Its
+next read takes the entries above the mark and those of the transactions that
+were running. That misses nothing: an entry with an id below the mark that
+was not visible then was issued before the mark was committed, by a
+transaction that had not committed, so it was running (or it aborted). Ids
+come from a sequence without a cache, so they are issued in time order, and a
+transaction that began later writes ids above the mark. The state kept is
+bounded by the transactions running at once, however long one of them runs.
 
 Every daemon on the database keeps its own shards (in its data directory) and
-records its horizon in :data:`READERS_TABLE` when it saves. The log is trimmed
-below the lowest horizon of the readers seen in the last day; a reader found
-below the trimmed part (``trimmed_below``) rebuilds. An erasure travels as an
-entry of its own (``erased``), so every daemon rebuilds the shard that held
-the text.
+records its mark and oldest running transaction (``oldest``) in
+:data:`READERS_TABLE` when it saves. The log is trimmed to the entries that
+every reader seen in the last day has applied: ids up to the lowest mark, of
+transactions below the lowest xmin. A reader found behind the trimmed part
+(``trimmed_mark``, ``trimmed_xmin``) rebuilds. An erasure travels as an entry of
+its own (``erased``), so every daemon rebuilds the shard that held the text.
 
 The log is created when a daemon first finds the store large enough for an
 index (a smaller store's writes pay nothing), under an advisory lock so two
@@ -28,6 +31,7 @@ what the index holds, and deletes, by row-level ones.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import structlog
 from sqlalchemy import Connection, Engine, text
@@ -40,9 +44,11 @@ log = structlog.get_logger(__name__)
 
 LOG_TABLE = "lexical_index_log"
 STATE_TABLE = "lexical_index_state"
-#: Each daemon's horizon, and when it last saved: the log is kept for the readers seen lately.
+#: Each daemon's position (mark, xmin), and when it last saved: the log is kept for the readers
+#: seen lately.
 READERS_TABLE = "lexical_index_readers"
 #: A reader not seen for this long no longer holds the log back (it rebuilds when it returns).
+#: A daemon with the index on saves at least every ten minutes (index_set.KEEPALIVE_S).
 READER_TTL = "1 day"
 _TRIGGERS = ("lexical_index_log_mi", "lexical_index_log_md", "lexical_index_log_mu")
 _FUNCTIONS = ("memoryd_lexical_log_insert", "memoryd_lexical_log_change")
@@ -50,17 +56,23 @@ _FUNCTIONS = ("memoryd_lexical_log_insert", "memoryd_lexical_log_change")
 LOG_LOCK = 0x6D656D6F_0003
 #: The transaction id as a bigint (xid8 has no cast from bigint for binding parameters).
 _XID = "(pg_current_xact_id()::text::bigint)"
-_XMIN = "(pg_snapshot_xmin(pg_current_snapshot())::text::bigint)"
 _XMAX = "(pg_snapshot_xmax(pg_current_snapshot())::text::bigint)"
+#: The snapshot's oldest running transaction, the running ones, and the last id it sees: the
+#: first statement of a read, so it describes the snapshot the read's other statements see.
+_SNAPSHOT = ("SELECT pg_snapshot_xmin(s)::text::bigint, "
+             "ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(s) AS x ORDER BY 1), "
+             "(SELECT coalesce(max(id), 0) FROM lexical_index_log) FROM pg_current_snapshot() AS s")
 
 LOG_DDL = [
-    f"CREATE TABLE IF NOT EXISTS {LOG_TABLE} (id bigserial PRIMARY KEY, memory_seq bigint NOT NULL, "
-    f"erased boolean NOT NULL DEFAULT false, xid bigint NOT NULL DEFAULT {_XID})",
+    f"CREATE SEQUENCE IF NOT EXISTS {LOG_TABLE}_id CACHE 1",  # no cache: ids issued in time order
+    f"CREATE TABLE IF NOT EXISTS {LOG_TABLE} (id bigint PRIMARY KEY DEFAULT "
+    f"nextval('{LOG_TABLE}_id'), memory_seq bigint NOT NULL, erased boolean NOT NULL DEFAULT false, "
+    f"xid bigint NOT NULL DEFAULT {_XID})",
     f"CREATE INDEX IF NOT EXISTS {LOG_TABLE}_xid ON {LOG_TABLE} (xid)",
     f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (id integer PRIMARY KEY CHECK (id = 1), "
-    "history text NOT NULL, trimmed_below bigint NOT NULL)",
-    f"CREATE TABLE IF NOT EXISTS {READERS_TABLE} (reader text PRIMARY KEY, horizon bigint NOT NULL, "
-    "seen_at timestamptz NOT NULL)",
+    "history text NOT NULL, trimmed_mark bigint NOT NULL, trimmed_xmin bigint NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {READERS_TABLE} (reader text PRIMARY KEY, mark bigint NOT NULL, "
+    "oldest bigint NOT NULL, seen_at timestamptz NOT NULL)",
     f"CREATE OR REPLACE FUNCTION {_FUNCTIONS[0]}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
     f"INSERT INTO {LOG_TABLE} (memory_seq) SELECT seq FROM new_rows WHERE content IS NOT NULL; "
     "RETURN NULL; END $$",
@@ -81,22 +93,34 @@ _TRIGGER_DDL = {
                   f"EXECUTE FUNCTION {_FUNCTIONS[1]}()",
 }
 
-_READ = text(f"SELECT id, memory_seq, erased, xid FROM {LOG_TABLE} WHERE xid >= :mark "
-             "AND NOT (id = ANY(CAST(:seen AS bigint[]))) ORDER BY id LIMIT :page")
-_BEHIND = text(f"SELECT count(*) FROM (SELECT 1 FROM {LOG_TABLE} WHERE xid >= :mark "
-               "AND NOT (id = ANY(CAST(:seen AS bigint[]))) LIMIT :cap) AS unapplied")
+#: The entries not applied at a position (above its mark, or of the transactions it saw running).
+_UNAPPLIED = "(id > :mark OR xid = ANY(CAST(:running AS bigint[])))"
+_READ = text(f"SELECT id, memory_seq, erased, xid FROM {LOG_TABLE} WHERE {_UNAPPLIED} "
+             "ORDER BY id LIMIT :page")
+_BEHIND = text(f"SELECT count(*) FROM (SELECT 1 FROM {LOG_TABLE} WHERE {_UNAPPLIED} "
+               "LIMIT :cap) AS unapplied")
 
 
-def _state(conn: Connection) -> tuple[str, int]:
-    row = conn.execute(text(f"SELECT history, trimmed_below FROM {STATE_TABLE} WHERE id = 1")).one()
-    return str(row[0]), int(row[1])
+def _state(conn: Connection) -> tuple[str, int, int]:
+    row = conn.execute(text(
+        f"SELECT history, trimmed_mark, trimmed_xmin FROM {STATE_TABLE} WHERE id = 1")).one()
+    return str(row[0]), int(row[1]), int(row[2])
+
+
+def _unapplied(position: Position) -> dict[str, Any]:
+    return {"mark": position.mark, "running": list(position.running)}
+
+
+def _snapshot(conn: Connection) -> Position:
+    xmin, running, last = conn.execute(text(_SNAPSHOT)).one()
+    return Position(mark=int(last), xmin=int(xmin), running=tuple(int(x) for x in running))
 
 
 def _upsert_reader(conn: Connection, position: Position, reader: str) -> None:
     conn.execute(text(
-        f"INSERT INTO {READERS_TABLE} (reader, horizon, seen_at) VALUES (:r, :h, now()) "
-        "ON CONFLICT (reader) DO UPDATE SET horizon = excluded.horizon, seen_at = now()"),
-        {"r": reader, "h": position.mark})
+        f"INSERT INTO {READERS_TABLE} (reader, mark, oldest, seen_at) VALUES (:r, :m, :x, now()) "
+        "ON CONFLICT (reader) DO UPDATE SET mark = excluded.mark, oldest = excluded.oldest, seen_at = now()"),
+        {"r": reader, "m": position.mark, "x": position.xmin})
 
 
 def _triggers(conn: Connection) -> set[str]:
@@ -121,9 +145,8 @@ class PostgresLog(ChangeLog):
             conn.exec_driver_sql(statement)
         for name in set(_TRIGGERS) - _triggers(conn):
             conn.exec_driver_sql(_TRIGGER_DDL[name])
-        # A new log starts at the current horizon: nothing before it was ever logged.
-        conn.execute(text(f"INSERT INTO {STATE_TABLE} (id, history, trimmed_below) "
-                          f"VALUES (1, :h, {_XMIN}) ON CONFLICT (id) DO NOTHING"), {"h": uuid.uuid4().hex})
+        conn.execute(text(f"INSERT INTO {STATE_TABLE} (id, history, trimmed_mark, trimmed_xmin) "
+                          "VALUES (1, :h, 0, 0) ON CONFLICT (id) DO NOTHING"), {"h": uuid.uuid4().hex})
 
     def drop(self, conn: Connection) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LOG_LOCK})
@@ -133,9 +156,10 @@ class PostgresLog(ChangeLog):
             conn.exec_driver_sql(f"DROP FUNCTION IF EXISTS {fn}()")
         for table in (LOG_TABLE, STATE_TABLE, READERS_TABLE):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+        conn.exec_driver_sql(f"DROP SEQUENCE IF EXISTS {LOG_TABLE}_id")
 
     def read_elsewhere(self, conn: Connection) -> bool:
-        """Whether a daemon saved its horizon in the last day (one with the index on, sharing the
+        """Whether a daemon saved its position in the last day (one with the index on, sharing the
         log: a daemon with it off must not drop it from under it)."""
         if not self.exists(conn):
             return False
@@ -147,38 +171,42 @@ class PostgresLog(ChangeLog):
         return _state(conn)[0]
 
     def head(self, conn: Connection) -> Position:
-        return Position(mark=int(conn.execute(text(f"SELECT {_XMIN}")).scalar_one()))
+        now = _snapshot(conn)
+        # A log trimmed empty shows no id: the trimmed ids were issued before this snapshot, and
+        # those of them that had not committed are of transactions it sees running.
+        _, trimmed_mark, _ = _state(conn)
+        return Position(mark=max(now.mark, trimmed_mark), xmin=now.xmin, running=now.running)
 
     def holds(self, conn: Connection, position: Position) -> bool:
-        _, trimmed_below = _state(conn)
+        _, trimmed_mark, trimmed_xmin = _state(conn)
+        issued = int(conn.execute(text(
+            f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {LOG_TABLE}_id")).scalar_one())
         xmax = int(conn.execute(text(f"SELECT {_XMAX}")).scalar_one())
-        return trimmed_below <= position.mark <= xmax
+        return trimmed_mark <= position.mark <= issued and trimmed_xmin <= position.xmin <= xmax
 
     def read(self, conn: Connection, position: Position, page: int) -> tuple[list[Entry], Position]:
-        xmin = int(conn.execute(text(f"SELECT {_XMIN}")).scalar_one())  # the snapshot read below
-        _, trimmed_below = _state(conn)
-        if trimmed_below > position.mark:
-            # Another daemon trimmed entries this one had not applied (it had not saved its
-            # horizon for a day): only a rebuild brings its shards in step again.
-            raise LogTrimmed(f"the log was trimmed below {trimmed_below}, past this index's {position.mark}")
-        seen = [i for i, _ in position.seen]
-        rows = conn.execute(_READ, {"mark": position.mark, "seen": seen, "page": page}).all()
+        now = _snapshot(conn)  # first: the snapshot the statements below read
+        _, trimmed_mark, trimmed_xmin = _state(conn)
+        if trimmed_mark > position.mark or trimmed_xmin > position.xmin:
+            # Another daemon trimmed entries this one had not applied (it had not saved for a
+            # day): only a rebuild brings its shards in step again.
+            raise LogTrimmed(f"the log was trimmed to id {trimmed_mark} and transaction {trimmed_xmin}, "
+                             f"past this index's {position.mark} and {position.xmin}")
+        rows = conn.execute(_READ, {**_unapplied(position), "page": page}).all()
         entries = [Entry(int(r[0]), int(r[1]), bool(r[2]), int(r[3])) for r in rows]
-        applied = (*position.seen, *((e.id, e.xid) for e in entries))
-        if len(entries) == page:  # more to read: the horizon stays until all of them are
-            return entries, Position(mark=position.mark, seen=applied)
-        mark = max(position.mark, xmin)
-        return entries, Position(mark=mark, seen=tuple(s for s in applied if s[1] >= mark))
+        # Past the page's last id, what is left is above the new mark; below it, every entry
+        # visible now was read, and only those of the transactions running now may come later.
+        mark = max(position.mark, entries[-1].id if len(entries) == page else now.mark)
+        return entries, Position(mark=mark, xmin=max(position.xmin, now.xmin), running=now.running)
 
     def behind(self, conn: Connection, position: Position, cap: int) -> int:
-        return int(conn.execute(_BEHIND, {"mark": position.mark, "seen": [i for i, _ in position.seen],
-                                          "cap": cap}).scalar_one())
+        return int(conn.execute(_BEHIND, {**_unapplied(position), "cap": cap}).scalar_one())
 
     def seqs_since(self, conn: Connection, since: Position, upto: Position, lo: int, hi: int) -> list[int]:
-        # Every entry from ``since``'s horizon on, past ``upto`` too: applying one is idempotent.
+        # Every entry not applied at ``since``, past ``upto`` too: applying one is idempotent.
         return [int(r[0]) for r in conn.execute(text(
-            f"SELECT DISTINCT memory_seq FROM {LOG_TABLE} WHERE xid >= :mark "
-            "AND memory_seq >= :lo AND memory_seq < :hi"), {"mark": since.mark, "lo": lo, "hi": hi})]
+            f"SELECT DISTINCT memory_seq FROM {LOG_TABLE} WHERE {_UNAPPLIED} "
+            "AND memory_seq >= :lo AND memory_seq < :hi"), {**_unapplied(since), "lo": lo, "hi": hi})]
 
     def register(self, engine: Engine, position: Position, reader: str) -> None:
         with engine.begin() as conn:
@@ -188,14 +216,16 @@ class PostgresLog(ChangeLog):
         try:
             with engine.begin() as conn:
                 _upsert_reader(conn, position, reader)
-                floor = conn.execute(text(
-                    f"SELECT min(horizon) FROM {READERS_TABLE} "
-                    "WHERE seen_at > now() - CAST(:ttl AS interval)"), {"ttl": READER_TTL}).scalar()
-                if floor is None:
+                mark, xmin = conn.execute(text(
+                    f"SELECT min(mark), min(oldest) FROM {READERS_TABLE} "
+                    "WHERE seen_at > now() - CAST(:ttl AS interval)"), {"ttl": READER_TTL}).one()
+                if mark is None:
                     return
-                conn.execute(text(f"DELETE FROM {LOG_TABLE} WHERE xid < :f"), {"f": floor})
-                conn.execute(text(f"UPDATE {STATE_TABLE} SET trimmed_below = greatest(trimmed_below, :f) "
-                                  "WHERE id = 1"), {"f": floor})
+                # What every reader has applied: up to its mark, and below its oldest running.
+                floor = {"m": mark, "x": xmin}
+                conn.execute(text(f"DELETE FROM {LOG_TABLE} WHERE id <= :m AND xid < :x"), floor)
+                conn.execute(text(f"UPDATE {STATE_TABLE} SET trimmed_mark = greatest(trimmed_mark, :m), "
+                                  "trimmed_xmin = greatest(trimmed_xmin, :x) WHERE id = 1"), floor)
         except OperationalError as exc:
             if not is_busy(exc):
                 raise
