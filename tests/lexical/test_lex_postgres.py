@@ -128,6 +128,14 @@ def test_a_daemon_left_behind_the_trim_rebuilds(engine: Engine, tmp_path: Path) 
         assert sorted(shard_seqs(again)) == active_seqs(engine)
     finally:
         again.stop()
+    # A reader gone for good (its data directory deleted) is forgotten after a week.
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE {READERS_TABLE} SET seen_at = now() - interval '8 days' "
+                          "WHERE reader = :r"), {"r": second.reader})
+    first.save()
+    with engine.connect() as conn:
+        readers = {r[0] for r in conn.execute(text(f"SELECT reader FROM {READERS_TABLE}"))}
+    assert readers == {first.reader, again.reader} and second.reader not in readers
     first.close()
 
 

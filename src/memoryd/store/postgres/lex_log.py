@@ -219,6 +219,9 @@ class PostgresLog(ChangeLog):
                 mark, xmin = conn.execute(text(
                     f"SELECT min(mark), min(oldest) FROM {READERS_TABLE} "
                     "WHERE seen_at > now() - CAST(:ttl AS interval)"), {"ttl": READER_TTL}).one()
+                # A data directory deleted or rebuilt leaves its old reader behind: forgotten
+                # after a week (it stopped holding the log back after a day).
+                conn.execute(text(f"DELETE FROM {READERS_TABLE} WHERE seen_at < now() - interval '7 days'"))
                 if mark is None:
                     return
                 # What every reader has applied: up to its mark, and below its oldest running.
