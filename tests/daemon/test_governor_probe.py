@@ -38,8 +38,15 @@ def test_an_interval_after_the_burners_stop_reads_below_the_busy_one() -> None:
     with cpu_burners(psutil.cpu_count() or 2):
         time.sleep(1.0)
         busy = read_in_a_new_thread(probe)
+        psutil.cpu_percent(interval=None)  # this thread's own reading of the host starts here
     time.sleep(1.0)
     quiet = read_in_a_new_thread(probe)
-    # Only the last interval counts: the busy second before it does not linger.
+    host = psutil.cpu_percent(interval=None)  # the host over the probe's last interval
     assert busy.cpu_percent >= 50.0, busy
-    assert quiet.cpu_percent < busy.cpu_percent, (busy, quiet)
+    # Only the last interval counts: the busy second before it does not linger. On a machine
+    # that other work kept busy meanwhile, the probe must say so too.
+    if host >= 80.0:
+        assert quiet.cpu_percent >= 50.0, (busy, quiet, host)
+    else:
+        assert quiet.cpu_percent < busy.cpu_percent and abs(quiet.cpu_percent - host) <= 25.0, \
+            (busy, quiet, host)

@@ -22,7 +22,8 @@ from memoryd.privatefs import make_dirs
 from memoryd.store import migrate
 from memoryd.store.engine import create_store_engine, read_only
 from memoryd.store.ids import new_memory_id
-from memoryd.store.lexindex.changelog import Position, log_for
+from memoryd.store.lexindex.changelog import Position
+from memoryd.store.lexindex.logs import log_for
 from memoryd.store.lexindex.shard import Shard, analyzer
 from memoryd.store.schema import memories
 from tests.search._daemon import DaemonFolder, SearchDaemon, stop_cleanly

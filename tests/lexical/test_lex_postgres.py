@@ -14,8 +14,9 @@ from sqlalchemy import Engine, insert, text
 
 from memoryd.store import migrate
 from memoryd.store.engine import create_store_engine
-from memoryd.store.lexindex.changelog import LogTrimmed, log_for
+from memoryd.store.lexindex.changelog import LogTrimmed
 from memoryd.store.lexindex.index_set import LexSet, drop_unread_log
+from memoryd.store.lexindex.logs import log_for
 from memoryd.store.postgres.lex_log import READERS_TABLE
 from memoryd.store.schema import memories
 from tests.lexical.test_lex_set import OWNERS, SHARD_ROWS, N, active_seqs, fill, row, shard_seqs, unique

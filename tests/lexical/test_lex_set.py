@@ -20,8 +20,8 @@ from memoryd.store.backends import backend_for
 from memoryd.store.engine import create_store_engine
 from memoryd.store.ids import new_memory_id
 from memoryd.store.lexindex import index_set as lex_set
-from memoryd.store.lexindex.changelog import log_for
 from memoryd.store.lexindex.index_set import LexSet
+from memoryd.store.lexindex.logs import log_for
 from memoryd.store.lexindex.shard import Shard, analyzer
 from memoryd.store.schema import memories
 from memoryd.store.scope import Reader

@@ -189,7 +189,7 @@ class Daemon:
         With ``lexical_index`` off, the change log is dropped (nothing would read it), unless
         other daemons on a PostgreSQL store read it."""
         from memoryd.store.lexindex import index_set
-        from memoryd.store.lexindex.changelog import log_for
+        from memoryd.store.lexindex.logs import log_for
         from memoryd.store.lexindex.shard import wipe
 
         directory = self.data_dir / "index" / "lexical"

@@ -128,18 +128,5 @@ class ChangeLog(abc.ABC):
         ``position`` (never fails on a busy store: trimmed at a later save)."""
 
 
-def log_for(engine: Engine) -> ChangeLog:
-    """The change log of ``engine``'s backend."""
-    from memoryd.store.engine import is_sqlite
-
-    if is_sqlite(engine):
-        from memoryd.store.sqlite.lex_log import SqliteLog
-
-        return SqliteLog()
-    from memoryd.store.postgres.lex_log import PostgresLog
-
-    return PostgresLog()
-
-
 def distinct_seqs(entries: Sequence[Entry]) -> list[int]:
     return list(dict.fromkeys(e.seq for e in entries))

@@ -63,7 +63,8 @@ from sqlalchemy.exc import OperationalError
 
 from memoryd.privatefs import make_dirs
 from memoryd.store.engine import read_only
-from memoryd.store.lexindex.changelog import ChangeLog, LogTrimmed, Position, distinct_seqs, log_for
+from memoryd.store.lexindex.changelog import ChangeLog, LogTrimmed, Position, distinct_seqs
+from memoryd.store.lexindex.logs import log_for
 from memoryd.store.lexindex.shard import Queries, Row, Shard, build, wipe
 from memoryd.store.schema import memories
 from memoryd.store.sidecar import IndexThread, Registry, is_busy, read_manifest, write_json
