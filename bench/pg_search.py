@@ -716,7 +716,9 @@ def run_size(root: Path, server: PgServer, url: str, size: int, encoder: Any, n_
     finally:
         daemon.stop()
     m["lexical_probe_s"] = probe
-    m["daemon_ready_s"] = ready_s
+    m["daemon_ready_s"] = ready_s  # the lexical index built and caught up included
+    m["lexical_index"] = getattr(daemon, "lexical_index", None)
+    print(f"  daemon ready {ready_s:.1f} s after start; lexical index: {m['lexical_index']}")
     m["daemon_memories"] = status["memories"]
     raw = RawPg(url)
     m["daemon_ef_search"] = raw.daemon_ef
