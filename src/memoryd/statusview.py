@@ -126,17 +126,18 @@ def vector_index_line(vi: dict[str, Any] | None) -> Text | None:
 
 
 def lexical_index_line(li: dict[str, Any] | None) -> Text | None:
-    """The tantivy shards beside a large SQLite store, in one line (None on PostgreSQL or when off)."""
+    """The tantivy shards beside a large store, in one line (None when off)."""
     if not li:
         return None
+    store = li.get("fallback") or "FTS5"  # what answers without the shards (older daemons: FTS5)
     if li.get("error"):
-        return Text(f"lexical index: failed ({li['error']}); searches use FTS5; "
+        return Text(f"lexical index: failed ({li['error']}); searches use {store}; "
                     "run `memoryd store reindex` with the daemon stopped", style="yellow")
     if li.get("state") == "waiting":
-        return Text(f"lexical index: not needed yet (FTS5 answers; built once {li['min_rows']:,} "
-                    "memories are active)")
+        return Text(f"lexical index: not needed yet ({store} answers; built once {li['min_rows']:,} "
+                    "memories are active, looked at every minute)")
     if not li["ready"]:
-        return Text("lexical index: opening (searches use FTS5 meanwhile)")
+        return Text(f"lexical index: opening (searches use {store} meanwhile)")
     behind = f", {li['behind']} changes to apply" if li.get("behind") else ""
     rebuilding = f", {li['rebuilding']} shard(s) to rebuild after an erasure" if li.get("rebuilding") else ""
     return Text(f"lexical index: ready; {li['shards']} shard(s), {li['docs']:,} memories{behind}{rebuilding}")

@@ -24,7 +24,14 @@ def test_a_small_store_says_when_the_index_will_be_built() -> None:
     line = lexical_index_line({**READY, "state": "waiting", "ready": False, "shards": 0, "docs": 0})
     assert line is not None
     assert line.plain == ("lexical index: not needed yet (FTS5 answers; built once 200,000 memories "
-                          "are active)")
+                          "are active, looked at every minute)")
+
+
+def test_on_postgresql_the_line_names_what_answers_there() -> None:
+    line = lexical_index_line({**READY, "state": "opening", "ready": False,
+                               "fallback": "PostgreSQL's tsvector search"})
+    assert line is not None
+    assert line.plain == "lexical index: opening (searches use PostgreSQL's tsvector search meanwhile)"
 
 
 def test_an_opening_index_says_fts5_answers_meanwhile() -> None:

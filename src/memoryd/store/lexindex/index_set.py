@@ -62,7 +62,7 @@ from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.exc import OperationalError
 
 from memoryd.privatefs import make_dirs
-from memoryd.store.engine import read_only
+from memoryd.store.engine import is_sqlite, read_only
 from memoryd.store.lexindex.changelog import ChangeLog, LogTrimmed, Position, distinct_seqs
 from memoryd.store.lexindex.logs import log_for
 from memoryd.store.lexindex.shard import Queries, Row, Shard, build, wipe
@@ -542,11 +542,13 @@ class LexSet(IndexThread):
 
     def status(self) -> dict[str, Any]:
         """What ``memoryd status`` shows of the lexical index (``behind``: log entries not
-        applied yet; ``rebuilding``: shards an erasure marked)."""
+        applied yet; ``rebuilding``: shards an erasure marked; ``fallback``: what answers a
+        search the shards cannot)."""
         behind = self.behind() if self.ready.is_set() else 0
         return {"state": self.state, "ready": self.ready.is_set(), "shards": len(self.shards),
                 "docs": self.docs(), "behind": behind, "rebuilding": len(self.pending),
-                "min_rows": self.min_rows, "shard_rows": self.shard_rows, "error": self.error}
+                "min_rows": self.min_rows, "shard_rows": self.shard_rows, "error": self.error,
+                "fallback": "FTS5" if is_sqlite(self.engine) else "PostgreSQL's tsvector search"}
 
 
 def drop_unread_log(engine: Engine) -> None:
