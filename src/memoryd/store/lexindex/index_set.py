@@ -168,7 +168,7 @@ class LexSet(IndexThread):
                 self.save()
         except InterruptedError:  # stopped during a build: built again at the next start
             pass
-        except BaseException as exc:  # FTS5 answers every search meanwhile
+        except BaseException as exc:  # the store's own leg answers every search meanwhile
             if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
                 raise
             # tantivy's panics reach Python as pyo3's PanicException, a BaseException.
@@ -417,7 +417,7 @@ class LexSet(IndexThread):
             statuses: Sequence[str], kind: str | None, fetch: int) -> list[tuple[int, float]] | None:
         """The best ``fetch`` (seq, score) of the reader's rows for ``words``, or None when the
         index cannot answer this search exactly (not ready, too far behind, other statuses):
-        the caller asks FTS5 instead."""
+        the caller asks the store's own leg instead."""
         if not self.ready.is_set() or list(statuses) != [INDEXED_STATUS] or not keys:
             return None
         epoch = self._enter()

@@ -14,7 +14,7 @@ A shard holds the active rows whose ``seq`` falls in its range, with:
   one of the reader's keys, so scope is applied inside the search;
 * ``kind``: a raw term, required when a search names a kind;
 * ``content``: its words (not stored), with frequencies and no positions
-  (BM25 needs no positions: a quoted phrase is answered by FTS5).
+  (BM25 needs no positions: a quoted phrase is answered by the store).
 
 The words are split the way FTS5's ``unicode61`` splits them (runs of letters
 and digits), lower-cased, folded to ASCII and stemmed (Snowball English, where
@@ -37,7 +37,7 @@ APPLY_HEAP = 20_000_000
 BUILD_HEAP = 128_000_000
 BUILD_THREADS = 2
 #: Tokens longer than this many bytes are left out of the shards (base64 blobs; a run of about
-#: 85 CJK characters): a query with such a word is answered by FTS5, which keeps them.
+#: 85 CJK characters): a query with such a word is answered by the store, which keeps them.
 MAX_TOKEN = 255
 
 Row = tuple[int, str, str, str | None]  # seq, content, scope key, kind
@@ -161,7 +161,7 @@ class Queries:
 
     def tokens(self, words: Sequence[str]) -> list[str] | None:
         """The index terms of a query's words, or None when a word has none (longer than
-        MAX_TOKEN, say: the shards dropped it, FTS5 kept it)."""
+        MAX_TOKEN, say: the shards dropped it, the store kept it)."""
         out: list[str] = []
         for word in words:
             found = self.an.analyze(word)
