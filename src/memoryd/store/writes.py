@@ -10,6 +10,8 @@ ride along in the same transaction.
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -52,6 +54,11 @@ class WriteUnit:
 
 #: PostgreSQL's lock_not_available (lock_timeout) and query_canceled (statement_timeout).
 _PG_TIMEOUT_STATES = {"55P03", "57014"}
+#: PostgreSQL's deadlock_detected and serialization_failure: the server rolled the whole
+#: transaction back, so running it again writes each unit once.
+_PG_RETRY_STATES = {"40P01", "40001"}
+#: Times a group is run again after such a failure before its writes are refused (1003).
+RETRIES = 3
 
 
 def is_store_condition(exc: BaseException) -> bool:
@@ -70,7 +77,10 @@ def store_error(exc: BaseException) -> StoreUnavailable:
     orig = getattr(exc, "orig", exc)
     text = str(orig)
     low = text.lower()
-    if getattr(orig, "sqlstate", None) in _PG_TIMEOUT_STATES or "timeout" in low:
+    if getattr(orig, "sqlstate", None) in _PG_RETRY_STATES:
+        hint = (f"PostgreSQL broke a deadlock with another writer by failing this one, {RETRIES + 1} "
+                "times in a row; retry shortly")
+    elif getattr(orig, "sqlstate", None) in _PG_TIMEOUT_STATES or "timeout" in low:
         hint = ("a statement waited past pg_lock_timeout_ms or ran past pg_statement_timeout_ms "
                 "(another connection holds a lock); retry shortly")
     elif "locked" in low or "busy" in low:
@@ -102,10 +112,23 @@ def commit_units(bind: Engine | Connection, units: Sequence[WriteUnit], ctx: Wri
     one-write batch's client CPU on PostgreSQL): a bug its input reaches rolls the whole
     transaction back, and every unit is written again on the per-unit path in a new one.
     """
-    try:
-        return _commit_units(bind, units, ctx, now, access, fast=True)
-    except _FastPathFailed:
-        return _commit_units(bind, units, ctx, now, access, fast=False)
+    for attempt in range(RETRIES + 1):
+        last = attempt == RETRIES
+        try:
+            try:
+                return _commit_units(bind, units, ctx, now, access, fast=True, last=last)
+            except _FastPathFailed:
+                return _commit_units(bind, units, ctx, now, access, fast=False, last=last)
+        except _RolledBack as exc:
+            # Another transaction deadlocked with this one (writes of several daemons or writer
+            # threads touching the same rows in another order) and the server chose this one.
+            log.info("store.write_retried", attempt=attempt + 1, error=str(exc.__cause__))
+            time.sleep(random.uniform(0.001, 0.02) * (attempt + 1))
+    raise AssertionError("unreachable: the last attempt returns")
+
+
+class _RolledBack(Exception):
+    """The server rolled the group's transaction back to break a deadlock: run it again."""
 
 
 class _FastPathFailed(Exception):
@@ -113,7 +136,7 @@ class _FastPathFailed(Exception):
 
 
 def _commit_units(bind: Engine | Connection, units: Sequence[WriteUnit], ctx: WriteContext, now: datetime,
-                  access: dict[str, int] | None, *, fast: bool) -> list[UnitOutcome]:
+                  access: dict[str, int] | None, *, fast: bool, last: bool = True) -> list[UnitOutcome]:
     outcomes: list[UnitOutcome] = [None] * len(units)
     plain = [i for i, u in enumerate(units) if u.op is None and is_plain(u.items)] if fast else []
     try:
@@ -137,6 +160,8 @@ def _commit_units(bind: Engine | Connection, units: Sequence[WriteUnit], ctx: Wr
             if access:
                 record_access(conn, access, now)
     except DBAPIError as exc:
+        if not last and getattr(exc.orig, "sqlstate", None) in _PG_RETRY_STATES:
+            raise _RolledBack from exc
         err = store_error(exc)
         log.error("store.write_failed", error=str(exc.orig), units=len(units))
         return [err for _ in units]
