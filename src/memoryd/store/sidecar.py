@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import structlog
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
 from memoryd.privatefs import open_private
@@ -100,14 +100,21 @@ def write_json(path: Path, value: dict[str, Any]) -> None:
         os.close(dir_fd)
 
 
-def trim_log(engine: Engine, statements: Sequence[tuple[str, tuple[Any, ...]]]) -> bool:
-    """Run ``statements`` (a log's trim) in one write transaction; False, and nothing done, when
-    the store stayed locked past its busy timeout (a large import keeps the writer busy): the
-    entries are trimmed at a later save, and a manifest that holds them is already on disk."""
+Trim = Sequence[tuple[str, tuple[Any, ...]]] | Callable[[Connection], object]
+
+
+def trim_log(engine: Engine, trim: Trim) -> bool:
+    """Run a log's trim (``trim``: statements with their parameters, or a function of the
+    connection) in one write transaction; False, and nothing done, when the store stayed locked
+    past its busy timeout (a large import keeps the writer busy): the entries are trimmed at a
+    later save, and a manifest that holds them is already on disk."""
     try:
         with engine.begin() as conn:
-            for sql, params in statements:
-                conn.exec_driver_sql(sql, params)
+            if callable(trim):
+                trim(conn)
+            else:
+                for sql, params in trim:
+                    conn.exec_driver_sql(sql, params)
     except OperationalError as exc:
         if not is_busy(exc):
             raise

@@ -33,14 +33,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import structlog
 from sqlalchemy import Connection, Engine, text
-from sqlalchemy.exc import OperationalError
 
 from memoryd.store.lexindex.changelog import ChangeLog, Entry, LogTrimmed, Position
-from memoryd.store.sidecar import is_busy
-
-log = structlog.get_logger(__name__)
+from memoryd.store.sidecar import trim_log
 
 LOG_TABLE = "lexical_index_log"
 STATE_TABLE = "lexical_index_state"
@@ -213,23 +209,20 @@ class PostgresLog(ChangeLog):
             _upsert_reader(conn, position, reader)
 
     def trim(self, engine: Engine, position: Position, reader: str) -> None:
-        try:
-            with engine.begin() as conn:
-                _upsert_reader(conn, position, reader)
-                mark, xmin = conn.execute(text(
-                    f"SELECT min(mark), min(oldest) FROM {READERS_TABLE} "
-                    "WHERE seen_at > now() - CAST(:ttl AS interval)"), {"ttl": READER_TTL}).one()
-                # A data directory deleted or rebuilt leaves its old reader behind: forgotten
-                # after a week (it stopped holding the log back after a day).
-                conn.execute(text(f"DELETE FROM {READERS_TABLE} WHERE seen_at < now() - interval '7 days'"))
-                if mark is None:
-                    return
-                # What every reader has applied: up to its mark, and below its oldest running.
-                floor = {"m": mark, "x": xmin}
-                conn.execute(text(f"DELETE FROM {LOG_TABLE} WHERE id <= :m AND xid < :x"), floor)
-                conn.execute(text(f"UPDATE {STATE_TABLE} SET trimmed_mark = greatest(trimmed_mark, :m), "
-                                  "trimmed_xmin = greatest(trimmed_xmin, :x) WHERE id = 1"), floor)
-        except OperationalError as exc:
-            if not is_busy(exc):
-                raise
-            log.info("index.log_trim_deferred", error=str(exc.orig), fix="trimmed at the next save")
+        def trim(conn: Connection) -> None:
+            _upsert_reader(conn, position, reader)
+            mark, xmin = conn.execute(text(
+                f"SELECT min(mark), min(oldest) FROM {READERS_TABLE} "
+                "WHERE seen_at > now() - CAST(:ttl AS interval)"), {"ttl": READER_TTL}).one()
+            # A data directory deleted or rebuilt leaves its old reader behind: forgotten after a
+            # week (it stopped holding the log back after a day).
+            conn.execute(text(f"DELETE FROM {READERS_TABLE} WHERE seen_at < now() - interval '7 days'"))
+            if mark is None:
+                return
+            # What every reader has applied: up to its mark, and below its oldest running.
+            floor = {"m": mark, "x": xmin}
+            conn.execute(text(f"DELETE FROM {LOG_TABLE} WHERE id <= :m AND xid < :x"), floor)
+            conn.execute(text(f"UPDATE {STATE_TABLE} SET trimmed_mark = greatest(trimmed_mark, :m), "
+                              "trimmed_xmin = greatest(trimmed_xmin, :x) WHERE id = 1"), floor)
+
+        trim_log(engine, trim)
