@@ -1,10 +1,13 @@
-"""The daemon's HNSW graph at up to 1,000,000 real all-MiniLM-L6-v2 vectors (issue 21): a study.
+"""The daemon's HNSW graphs at up to 1,000,000 real all-MiniLM-L6-v2 vectors (issue 21): a study.
 
 Run by hand, not by CI. Issue 21 asks for vector recall@10 >= 0.95 against
 exact search on real all-MiniLM-L6-v2 vectors at 1,000,000 memories. This
-study measures it with memoryd's own ``OwnerIndex`` (src/memoryd/store/sqlite/
-ann.py: hnswlib, space "cosine", the module's M and EF_CONSTRUCTION, added in
-``ann_set.BUILD_CHUNK`` batches on 2 threads as ``AnnSet.build`` does), and:
+study measures it with memoryd's own graphs: ``OwnerGraphs`` (src/memoryd/store/
+sqlite/ann_parts.py), which splits one owner's rows into ``OwnerIndex`` graphs
+(ann.py: hnswlib, space "cosine", the module's M and EF_CONSTRUCTION) of at most
+``--part-rows`` vectors searched side by side, or with ``--part-rows 0`` one
+``OwnerIndex`` for every row (the daemon before the split); rows are added in
+``ann_set.BUILD_CHUNK`` batches on 2 threads as ``AnnSet.build`` does; and:
 
 * exact top-10 of every query by numpy (float32 matrix products in blocks),
   (a) for one owner holding every row, no filter, and (b) for a reader who sees
@@ -252,15 +255,19 @@ def exact_topk(base: np.ndarray, queries: np.ndarray, rows: np.ndarray | None,
     return labels, sims_out
 
 
-def build_graph(base: np.ndarray, threads: int) -> tuple[Any, dict[str, Any]]:
-    """An OwnerIndex over every row, added as AnnSet.build adds (BUILD_CHUNK labels a call)."""
+def build_graph(base: np.ndarray, threads: int, part_rows: int) -> tuple[Any, dict[str, Any]]:
+    """The daemon's graphs of one owner holding every row, added as AnnSet.build adds
+    (BUILD_CHUNK labels a call): OwnerGraphs in parts of ``part_rows``, or with ``part_rows`` 0
+    one OwnerIndex (the daemon before parts)."""
     from memoryd.store.sqlite.ann import OwnerIndex
+    from memoryd.store.sqlite.ann_parts import OwnerGraphs
     from memoryd.store.sqlite.ann_set import BUILD_CHUNK
 
     gc.collect()
     before = rss()
     load0 = os.getloadavg()[0]
-    graph = OwnerIndex(1, base.shape[1])
+    graph: Any = (OwnerGraphs(1, base.shape[1], part_rows=part_rows) if part_rows
+                  else OwnerIndex(1, base.shape[1]))
     t0 = time.perf_counter()
     cpu0 = time.process_time()
     last = t0
@@ -278,15 +285,19 @@ def build_graph(base: np.ndarray, threads: int) -> tuple[Any, dict[str, Any]]:
     del last
     gc.collect()
     grown = rss() - before
+    parts = graph.parts if part_rows else [graph]
     with tempfile.TemporaryDirectory(prefix="ann-million-", dir=str(BENCH / "results")) as d:
-        path = Path(d) / "owner-1.1.hnsw"
         t1 = time.perf_counter()
-        graph.save(path)
+        file_bytes = 0
+        for i, part in enumerate(parts):
+            path = Path(d) / f"owner-1-{i}.1.hnsw"
+            part.save(path)
+            file_bytes += path.stat().st_size
+            part.path = None  # the file goes with the directory
+            part.file_labels = None
         save_s = time.perf_counter() - t1
-        file_bytes = path.stat().st_size
-        graph.path = None  # the file goes with the directory
-        graph.file_labels = None
     info = {"vectors": len(base), "threads": threads, "build_chunk": BUILD_CHUNK,
+            "part_rows": part_rows, "parts": len(parts),
             "build_s": round(build_s, 1), "build_cpu_s": round(cpu_s, 1),
             "vectors_per_s": round(len(base) / build_s, 1), "rss_growth_bytes": grown,
             "rss_growth_bytes_per_vector": round(grown / len(base), 1), "file_bytes": file_bytes,
@@ -334,6 +345,13 @@ def daemon_ef() -> int:
     return int(inspect.signature(AnnSet.__init__).parameters["ef"].default)
 
 
+def daemon_part_rows() -> int:
+    """The daemon's graph size: AnnSet's default ``part_rows``."""
+    from memoryd.store.sqlite.ann_set import AnnSet
+
+    return int(inspect.signature(AnnSet.__init__).parameters["part_rows"].default)
+
+
 def measure(base: np.ndarray, queries: np.ndarray, args: argparse.Namespace) -> dict[str, Any]:
     from memoryd.store.sqlite import ann
 
@@ -356,8 +374,9 @@ def measure(base: np.ndarray, queries: np.ndarray, args: argparse.Namespace) -> 
     exact_s = time.perf_counter() - t0
     log(f"exact: {exact_s:.1f} s for both sets ({exact_s / (2 * len(queries)) * 1000:.1f} ms a query)")
 
-    log(f"build: OwnerIndex M {ann.M}, ef_construction {ann.EF_CONSTRUCTION}, {args.threads} threads")
-    graph, build = build_graph(base, args.threads)
+    split = f"parts of {args.part_rows:,}" if args.part_rows else "one graph"
+    log(f"build: M {ann.M}, ef_construction {ann.EF_CONSTRUCTION}, {args.threads} threads, {split}")
+    graph, build = build_graph(base, args.threads, args.part_rows)
     log(f"build: {build['build_s']:.0f} s ({build['vectors_per_s']:.0f}/s), RSS +"
         f"{build['rss_growth_bytes'] / 2**20:.0f} MiB, file {build['file_bytes'] / 2**20:.0f} MiB")
 
@@ -396,6 +415,7 @@ def measure(base: np.ndarray, queries: np.ndarray, args: argparse.Namespace) -> 
                 f"{row['recall@10_by_distance']:.4f}), p50 {row['p50_ms']:.2f} ms, "
                 f"p95 {row['p95_ms']:.2f} ms")
     return {"n": n, "queries": len(queries), "M": ann.M, "ef_construction": ann.EF_CONSTRUCTION,
+            "part_rows": args.part_rows, "parts": build["parts"],
             "daemon_search_ef": d_ef, "filter_fraction": FILTER_FRACTION, "filter_rows": len(rows),
             "conversation_queries": n_conv, "neighbourhoods": crowd,
             "exact_s": round(exact_s, 1), "build": build, "rows": rows_out}
@@ -404,7 +424,9 @@ def measure(base: np.ndarray, queries: np.ndarray, args: argparse.Namespace) -> 
 def table(result: dict[str, Any]) -> None:
     b = result["build"]
     print()
-    print(f"OwnerIndex (hnswlib M {result['M']}, ef_construction {result['ef_construction']}) over "
+    split = ("one graph (OwnerIndex)" if not result.get("part_rows")
+             else f"{result['parts']} graphs of up to {result['part_rows']:,} (OwnerGraphs)")
+    print(f"{split}, hnswlib M {result['M']}, ef_construction {result['ef_construction']}, over "
           f"{result['n']:,} real all-MiniLM-L6-v2 sentence vectors, {result['queries']} queries")
     print(f"build {b['build_s']:.0f} s on {b['threads']} threads ({b['vectors_per_s']:.0f} vectors/s), "
           f"RSS +{b['rss_growth_bytes'] / 2**20:.0f} MiB ({b['rss_growth_bytes_per_vector']:.0f} B/vector), "
@@ -445,6 +467,9 @@ def main() -> None:
                    help="search efs, comma-separated (default: 256, the daemon's, 1024)")
     p.add_argument("--queries", type=int, default=0, help="use only the first N queries (0: all)")
     p.add_argument("--threads", type=int, default=2, help="build threads (the daemon's AnnSet: 2)")
+    p.add_argument("--part-rows", type=int, default=daemon_part_rows(),
+                   help="vectors per graph, as the daemon splits a large owner (default: the daemon's, "
+                        "%(default)s); 0: one graph for every row, as before the split")
     p.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
     args = p.parse_args()
 

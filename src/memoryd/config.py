@@ -112,6 +112,9 @@ class Config:
     vector_index_min_rows: int = _key(20000, "An owner's vectors at which its graph is built (below it the "
                                       "exact scan costs a few ms).")
     vector_index_ef: int = _key(512, "HNSW search beam: higher finds more of the exact top-k, slower.")
+    vector_index_part_rows: int = _key(100000, "Vectors per HNSW graph: a larger owner's rows are split by "
+                                       "age into graphs of this size, searched side by side (one graph "
+                                       "finds less of the exact top-k as it grows).")
     lexical_index: bool = _key(True, "Once the store holds lexical_index_min_rows active memories, keep a "
                                "tantivy index of their words beside it (false: the store's full-text "
                                "search only, FTS5 or PostgreSQL's tsvector).")
@@ -215,7 +218,8 @@ class Config:
             "max_frame_bytes", "max_content_bytes", "max_connections", "max_inflight_per_connection",
             "conn_max_buffered_bytes", "total_max_buffered_bytes",
             "write_queue_max", "write_batch_max", "read_threads", "job_max_attempts", "embed_batch_size",
-            "embed_encode_batch", "vector_index_min_rows", "vector_index_ef", "pg_writers",
+            "embed_encode_batch", "vector_index_min_rows", "vector_index_ef", "vector_index_part_rows",
+            "pg_writers",
             "lexical_index_min_rows", "lexical_index_shard_rows",
         )
         for name in positive:

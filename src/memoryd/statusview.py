@@ -121,7 +121,10 @@ def vector_index_line(vi: dict[str, Any] | None) -> Text | None:
                     "run `memoryd store reindex` with the daemon stopped", style="yellow")
     state = "ready" if vi["ready"] else "opening (searches scan exactly meanwhile)"
     behind = f", {vi['behind']} changes to apply" if vi.get("behind") else ""
-    return Text(f"vector index: {state}; {vi['graphs']} graph(s) of owners with "
+    # An owner past vector_index_part_rows has several graphs (status "parts"; "graphs": owners).
+    parts = vi.get("parts", vi["graphs"])
+    owners = "owners" if parts == vi["graphs"] else f"{vi['graphs']} owner(s)"
+    return Text(f"vector index: {state}; {parts} graph(s) of {owners} with "
                 f"{vi['min_rows']:,}+ vectors, {vi['vectors_in_graphs']:,} vectors{behind}")
 
 

@@ -34,7 +34,9 @@ def new_daemon(root: DaemonFolder, label: str, config: dict[str, Any]) -> Search
 
 
 OWNERS = {"agent:a1": 3000, "agent:a2": 1500, "user:u1": 200}
-CONFIG = {"vector_index_min_rows": 1000, "tick_interval_s": 1.0}
+#: Graphs of at most 1,000 vectors: a1's rows are split into 3 graphs and a2's into 2, so the
+#: kills below land while parts are built, filled and started.
+CONFIG = {"vector_index_min_rows": 1000, "vector_index_part_rows": 1000, "tick_interval_s": 1.0}
 
 
 def wait_graphs(daemon: SearchDaemon, graphs: int, timeout_s: float = 120.0) -> dict:
@@ -54,14 +56,21 @@ def kill9(daemon: SearchDaemon) -> None:
     daemon.proc.wait()
 
 
-def saved_labels(data_dir: Path) -> dict[int, set[int]]:
-    """Each saved graph's live labels, loaded from the files the manifest names."""
-    directory = data_dir / "index" / "vectors"
+def saved_graphs(directory: Path) -> Iterator[tuple[int, OwnerIndex]]:
+    """(owner id, graph) of every file the manifest names (an owner's parts each)."""
     manifest = json.loads((directory / "manifest.json").read_text())
-    out = {}
     for owner, entry in manifest["owners"].items():
-        graph = OwnerIndex.load(int(owner), DIM, directory / entry["file"])
-        out[int(owner)] = graph.labels()
+        for part in entry["parts"]:
+            yield int(owner), OwnerIndex.load(int(owner), DIM, directory / part["file"])
+
+
+def saved_labels(data_dir: Path) -> dict[int, set[int]]:
+    """Each owner's live labels in its saved graphs, loaded from the files the manifest names."""
+    out: dict[int, set[int]] = {}
+    for owner, graph in saved_graphs(data_dir / "index" / "vectors"):
+        labels = graph.labels()
+        assert not labels & out.get(owner, set())  # no row in two of an owner's graphs
+        out.setdefault(owner, set()).update(labels)
     return out
 
 
@@ -147,9 +156,7 @@ def test_forget_leaves_no_vector_or_text_bytes_in_any_index_file(root: DaemonFol
     with daemon.engine().connect() as conn:
         victim_id, content = conn.execute(text("SELECT id, content FROM memories WHERE seq = :s"),
                                           {"s": victim}).one()
-    graph = next(OwnerIndex.load(int(o), DIM, directory / e["file"]) for o, e in
-                 json.loads((directory / "manifest.json").read_text())["owners"].items()
-                 if OwnerIndex.load(int(o), DIM, directory / e["file"]).contains(victim))
+    graph = next(g for _, g in saved_graphs(directory) if g.contains(victim))
     stored = np.asarray(graph.index.get_items([victim])[0], dtype=np.float32).tobytes()
     files = b"".join(p.read_bytes() for p in directory.iterdir())
     assert stored in files  # positive control

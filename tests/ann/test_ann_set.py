@@ -121,7 +121,7 @@ def test_a_forgotten_vector_leaves_the_graph_and_every_index_file(store) -> None
     ann = opened(engine, directory)
     victim = seqs[BIG][123]
     graph = next(g for g in ann.indexes.values() if g.contains(victim))
-    stored = np.asarray(graph.index.get_items([victim])[0], dtype=np.float32).tobytes()
+    stored = graph.vector(victim).tobytes()
     assert stored in index_bytes(directory)  # positive control: the saved file holds it
     with engine.begin() as conn:
         conn.execute(text("UPDATE memories SET content = NULL, status = 'forgotten' WHERE seq = :s"),
@@ -129,7 +129,7 @@ def test_a_forgotten_vector_leaves_the_graph_and_every_index_file(store) -> None
     ann.catch_up()
     assert not graph.contains(victim)
     assert stored not in index_bytes(directory)
-    assert np.asarray(graph.index.get_items([seqs[BIG][124]])[0]).any()  # its neighbour is intact
+    assert graph.vector(seqs[BIG][124]).any()  # its neighbour is intact
     ann.save()
     assert stored not in index_bytes(directory)
 

@@ -28,3 +28,9 @@ def test_a_failed_index_says_what_to_run() -> None:
 
 def test_no_index_no_line() -> None:
     assert vector_index_line(None) is None and vector_index_line({}) is None
+
+
+def test_owners_split_into_several_graphs_say_how_many_graphs() -> None:
+    line = vector_index_line({**READY, "graphs": 2, "parts": 7})
+    assert line is not None
+    assert line.plain.startswith("vector index: ready; 7 graph(s) of 2 owner(s) with 20,000+ vectors,")

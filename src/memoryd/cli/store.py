@@ -217,7 +217,8 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
                 click.echo(f"building the graphs of owners with {cfg.vector_index_min_rows}+ vectors...",
                            err=True)
             t0 = time.perf_counter()
-            ann = AnnSet(engine, directory, min_rows=cfg.vector_index_min_rows, ef=cfg.vector_index_ef)
+            ann = AnnSet(engine, directory, min_rows=cfg.vector_index_min_rows, ef=cfg.vector_index_ef,
+                         part_rows=cfg.vector_index_part_rows)
             with engine.begin() as conn:
                 ensure_log(conn)
             ann.open()
@@ -227,15 +228,16 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
             engine.dispose()
     finally:
         lock.release()
-    summary = {"graphs": len(ann.indexes),
-               "vectors_in_graphs": int(sum(g.index.element_count for g in ann.indexes.values())),
+    summary = {"graphs": len(ann.indexes), "parts": sum(len(g.parts) for g in ann.indexes.values()),
+               "vectors_in_graphs": sum(g.count() for g in ann.indexes.values()),
                "vectors": ann.counts.total(), "seconds": round(seconds, 1),
                "directory": str(directory), "lexical": lexical}
     if as_json:
         click.echo(json.dumps(summary))
         return
-    click.echo(f"built {summary['graphs']} graph(s) holding {summary['vectors_in_graphs']} of "
-               f"{summary['vectors']} vectors in {summary['seconds']} s ({directory})")
+    click.echo(f"built {summary['parts']} graph(s) for {summary['graphs']} owner(s), holding "
+               f"{summary['vectors_in_graphs']} of {summary['vectors']} vectors in {summary['seconds']} s "
+               f"({directory})")
     _echo_lexical(lexical)
 
 

@@ -179,7 +179,8 @@ class Daemon:
         from memoryd.store.sqlite import ann_set
 
         self.ann = ann_set.AnnSet(engine, self.data_dir / "index" / "vectors",
-                                  min_rows=self.cfg.vector_index_min_rows, ef=self.cfg.vector_index_ef)
+                                  min_rows=self.cfg.vector_index_min_rows, ef=self.cfg.vector_index_ef,
+                                  part_rows=self.cfg.vector_index_part_rows)
         self.ann.start()
         ann_set.attach(engine, self.ann)
 

@@ -41,11 +41,9 @@ PostgreSQL needs none of this: pgvector's HNSW index lives in the database.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +55,15 @@ from memoryd.privatefs import make_dirs
 from memoryd.store.engine import read_only
 from memoryd.store.sidecar import IndexThread, Registry, read_manifest, trim_log, write_json
 from memoryd.store.sqlite.ann import OwnerIndex
+from memoryd.store.sqlite.ann_parts import PART_ROWS, OwnerGraphs, search_side_by_side
 
 log = structlog.get_logger(__name__)
 
-#: 2: graphs hold active rows only, ef_construction 200 (a format-1 set is rebuilt).
-FORMAT = 2
+#: 3: an owner's rows in parts of at most ``part_rows`` (store/sqlite/ann_parts.py). A format-2
+#: set (one graph an owner, active rows only, ef_construction 200) is loaded as one part an owner;
+#: a format-1 set is rebuilt.
+FORMAT = 3
+READABLE_FORMATS = (2, 3)
 #: The daemon's log triggers, created at start (idempotent) on every SQLite store it opens.
 LOG_DDL = [
     "CREATE TABLE IF NOT EXISTS vector_index_log (id INTEGER PRIMARY KEY AUTOINCREMENT, "
@@ -151,27 +153,13 @@ class OwnerCounts:
         return sorted(((int(i), int(self._n[i])) for i in ids), key=lambda kv: -kv[1])
 
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _search_pool() -> ThreadPoolExecutor:
-    """The threads that search several graphs for one query (one pool per process)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2,
-                                       thread_name_prefix="memoryd-ann-search")
-        return _pool
-
-
 class AnnSet(IndexThread):
     """Every large owner's graph for one SQLite store, and what keeps them in step with it."""
 
     thread_name = "memoryd-ann"
 
     def __init__(self, engine: Engine, directory: Path, *, min_rows: int = 20000, ef: int = 512,
-                 threads: int = 2, save_every: int = 20000):
+                 threads: int = 2, save_every: int = 20000, part_rows: int = PART_ROWS):
         super().__init__()
         self.engine = engine
         self.dir = directory
@@ -179,8 +167,9 @@ class AnnSet(IndexThread):
         self.ef = ef
         self.threads = threads
         self.save_every = save_every
+        self.part_rows = part_rows
         self._lock = threading.RLock()
-        self.indexes: dict[int, OwnerIndex] = {}
+        self.indexes: dict[int, OwnerGraphs] = {}
         self.owner_of = np.full(0, -1, dtype=np.int32)
         self.kind_code = np.zeros(0, dtype=np.uint8)
         self.counts = OwnerCounts()
@@ -262,7 +251,7 @@ class AnnSet(IndexThread):
                 self.applied = int(rows[-1][0])
                 done += len(seqs)
 
-    def _apply(self, conn: Connection, seqs: Iterable[int], graphs: dict[int, OwnerIndex]) -> None:
+    def _apply(self, conn: Connection, seqs: Iterable[int], graphs: dict[int, OwnerGraphs]) -> None:
         """Make the arrays and ``graphs`` match the store for each memory in ``seqs``.
 
         Decided from the store's current row alone (never from what the arrays
@@ -340,13 +329,13 @@ class AnnSet(IndexThread):
             if owner not in self.indexes and not self._stop.is_set():
                 self.build(owner)
 
-    def build(self, owner: int) -> OwnerIndex | None:
+    def build(self, owner: int) -> OwnerGraphs | None:
         """Build ``owner``'s graph from the store (the lock is not held meanwhile: searches use the
         exact scan for it), then apply what the log gained while it was built, and install it.
         None when the daemon began to stop meanwhile."""
         assert self.dim is not None
         t0 = time.perf_counter()
-        graph = OwnerIndex(owner, self.dim)
+        graph = OwnerGraphs(owner, self.dim, part_rows=self.part_rows)
         # Short read transactions, never one for the whole build: a reader held for minutes would
         # keep the WAL from being checkpointed, and with it the pages a forget just erased.
         # Whatever changes meanwhile is in the log after ``since`` and is applied below.
@@ -378,7 +367,7 @@ class AnnSet(IndexThread):
                 self._apply(conn, [int(r[0]) for r in rows], {owner: graph})
             self.indexes[owner] = graph
         self.build_seconds[owner] = time.perf_counter() - t0
-        log.info("ann.built", owner_id=owner, vectors=int(graph.index.element_count),
+        log.info("ann.built", owner_id=owner, vectors=graph.count(), parts=len(graph.parts),
                  s=round(self.build_seconds[owner], 1))
         return graph
 
@@ -405,17 +394,15 @@ class AnnSet(IndexThread):
         rest = [key for key in scope_keys if key not in by_graph.values()]
         allowed = self._kind_filter(kind)
         hits: list[tuple[int, float]] = []
-        pairs = list(by_graph.items())
-
-        def search(pair: tuple[int, str]) -> list[tuple[int, float]]:
-            return graphs[pair[0]].search(query, k, self.ef, allowed)
-
-        # hnswlib searches without the GIL: a reader who sees several large owners has their
-        # graphs searched side by side, on as many threads as the machine has cores.
-        founds = list(_search_pool().map(search, pairs)) if len(pairs) > 1 else [search(p) for p in pairs]
-        for (_, key), found in zip(pairs, founds, strict=True):
+        parts = [(owner, part) for owner in by_graph for part in graphs[owner].parts]
+        # The parts of every large owner the reader sees, side by side.
+        founds = search_side_by_side([part for _, part in parts], query, k, self.ef, allowed)
+        by_owner: dict[int, list[tuple[int, float]]] = {owner: [] for owner in by_graph}
+        for (owner, _), found in zip(parts, founds, strict=True):
+            by_owner[owner] += found
+        for owner, found in by_owner.items():
             if len(found) < k:
-                rest.append(key)  # the graph could not fill k (a rare kind): scan this owner exactly
+                rest.append(by_graph[owner])  # its parts could not fill k (a rare kind): scan exactly
             else:
                 hits += found
         if rest:
@@ -444,16 +431,19 @@ class AnnSet(IndexThread):
             make_dirs(self.dir)
             gen = self.generation + 1
             files: dict[str, dict[str, Any]] = {}
-            for owner, graph in self.indexes.items():
-                if graph.dirty or graph.path is None:
-                    graph.save(self.dir / f"owner-{owner}.{gen}.hnsw")
-                assert graph.path is not None
-                files[str(owner)] = {"file": graph.path.name, "count": int(graph.index.element_count)}
+            for owner, graphs in self.indexes.items():
+                entries = []
+                for i, (lo, part) in enumerate(zip(graphs.los, graphs.parts, strict=True)):
+                    if part.dirty or part.path is None:
+                        part.save(self.dir / f"owner-{owner}-{i}.{gen}.hnsw")
+                    assert part.path is not None
+                    entries.append({"file": part.path.name, "lo": lo, "count": int(part.index.element_count)})
+                files[str(owner)] = {"parts": entries}
             manifest = {"format": FORMAT, "dim": self.dim, "model": self.model, "log_id": self.applied,
                         "generation": gen, "owners": files}
             write_json(self.dir / "manifest.json", manifest)
             self.generation, self.saved_log_id = gen, self.applied
-            keep = {entry["file"] for entry in files.values()} | {"manifest.json"}
+            keep = {part["file"] for entry in files.values() for part in entry["parts"]} | {"manifest.json"}
             for path in self.dir.iterdir():
                 if path.name not in keep:
                     path.unlink()
@@ -463,20 +453,26 @@ class AnnSet(IndexThread):
         manifest = read_manifest(self.dir / "manifest.json", "ann.manifest_unreadable")
         if manifest is None:
             return None
-        if (manifest.get("format") != FORMAT or manifest.get("dim") != self.dim
+        if (manifest.get("format") not in READABLE_FORMATS or manifest.get("dim") != self.dim
                 or manifest.get("model") != self.model):
             log.info("ann.manifest_stale", dim=manifest.get("dim"), model=manifest.get("model"))
             return None
         return dict(manifest)
 
-    def _load(self, manifest: dict[str, Any]) -> dict[int, OwnerIndex]:
+    def _load(self, manifest: dict[str, Any]) -> dict[int, OwnerGraphs]:
         assert self.dim is not None
-        out: dict[int, OwnerIndex] = {}
+        out: dict[int, OwnerGraphs] = {}
         for owner, entry in manifest.get("owners", {}).items():
+            # Format 2 named one file an owner: it is loaded as that owner's only part.
+            entries = entry.get("parts") or [{"file": entry.get("file"), "lo": 0,
+                                              "count": entry.get("count", 0)}]
             try:
-                out[int(owner)] = OwnerIndex.load(int(owner), self.dim, self.dir / entry["file"],
-                                                  spare=max(1024, int(entry.get("count", 0)) // 4))
-            except (OSError, RuntimeError, ValueError) as exc:
+                parts = [(int(part["lo"]),
+                          OwnerIndex.load(int(owner), self.dim, self.dir / str(part["file"]),
+                                          spare=max(1024, int(part.get("count", 0)) // 4)))
+                         for part in entries]
+                out[int(owner)] = OwnerGraphs(int(owner), self.dim, parts=parts, part_rows=self.part_rows)
+            except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
                 log.warning("ann.file_unreadable", owner_id=owner, error=str(exc), fix="rebuilding")
                 return {}
         return out
@@ -487,7 +483,8 @@ class AnnSet(IndexThread):
             last = _last_log_id(conn)
         graphs = dict(self.indexes)
         return {"ready": self.ready.is_set(), "graphs": len(graphs),
-                "vectors_in_graphs": int(sum(g.index.element_count for g in graphs.values())),
+                "parts": sum(len(g.parts) for g in graphs.values()),
+                "vectors_in_graphs": sum(g.count() for g in graphs.values()),
                 "behind": max(0, last - self.applied), "saved_log_id": self.saved_log_id,
                 "min_rows": self.min_rows, "ef": self.ef, "error": self.error}
 
@@ -504,8 +501,8 @@ def _last_log_id(conn: Connection) -> int:
     return int(conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM vector_index_log").scalar_one())
 
 
-def _same(graph: OwnerIndex, label: int, vec: np.ndarray) -> bool:
-    stored = np.asarray(graph.index.get_items([label])[0], dtype=np.float32)
+def _same(graph: OwnerGraphs, label: int, vec: np.ndarray) -> bool:
+    stored = graph.vector(label)
     norm = float(np.linalg.norm(vec))
     return norm > 0 and bool(np.allclose(stored, vec / norm, atol=1e-6))
 
