@@ -126,6 +126,30 @@ def test_bad_list_params_are_refused_naming_the_field(daemon: DaemonHandle, para
     assert (err.value.code, err.value.data["field"]) == (-32602, field)
 
 
+def _forged(*position: object) -> str:
+    import base64
+    raw = json.dumps(list(position), separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(("method", "cursor"), [
+    ("memory.list", _forged("list", "2026-01-01T00:00:00Z", 2**63)),
+    ("memory.list", _forged("list", "2026-01-01T00:00:00Z", -2**63 - 1)),
+    ("memory.list", _forged("list", "2026-01-01T00:00:00Z", 10**30)),
+    ("memory.list", _forged("list", "x" * 400, 5)),
+    ("memory.export", _forged("export", 2**63)),
+    ("memory.export", _forged("export", -1)),
+])
+def test_a_forged_cursor_past_the_id_range_is_refused_not_an_internal_error(
+        daemon: DaemonHandle, method: str, cursor: str) -> None:
+    """A cursor is opaque, but a client can forge one: a seq no store column holds (SQLite's
+    integers end at 2**63 - 1, and so do PostgreSQL's bigints) was an internal error."""
+    params = {"agent_id": "a1"} if method == "memory.list" else {}
+    with pytest.raises(ClientError) as err:
+        daemon.call(method, {**params, "cursor": cursor}, admin=method == "memory.export")
+    assert (err.value.code, err.value.data["field"]) == (-32602, "cursor")
+
+
 def test_an_export_cursor_is_not_a_list_cursor(seeded: DaemonHandle) -> None:
     export = seeded.call("memory.export", {"limit": 1}, admin=True)
     with pytest.raises(ClientError) as err:

@@ -16,7 +16,7 @@ from memoryd.clock import normalize_rfc3339
 from memoryd.config import Config
 from memoryd.errors import Forbidden, InvalidParams, TooLarge
 from memoryd.exchange import vectors as record_vectors
-from memoryd.store.listing import EXPORTABLE_STATUSES, BadCursor, ExportRequest, ListRequest
+from memoryd.store.listing import EXPORTABLE_STATUSES, MAX_SEQ, BadCursor, ExportRequest, ListRequest
 from memoryd.store.memories import (
     KeptVector,
     NewMemory,
@@ -350,7 +350,8 @@ def parse_forget_page(params: Mapping[str, Any]) -> tuple[int | None, int]:
     cursor = params.get("cursor")
     if cursor is None:
         return limit, 0
-    if not isinstance(cursor, str) or not cursor.startswith("s") or not cursor[1:].isdigit():
+    if (not isinstance(cursor, str) or not cursor.startswith("s") or not cursor[1:].isdigit()
+            or len(cursor) > 20 or int(cursor[1:]) > MAX_SEQ):
         raise InvalidParams("cursor", "must be the next_cursor of the previous answer")
     return limit, int(cursor[1:])
 

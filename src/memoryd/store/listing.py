@@ -36,6 +36,27 @@ def encode_cursor(kind: str, position: list[Any]) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+#: The largest seq a cursor may carry: SQLite's integers and PostgreSQL's bigints end here.
+MAX_SEQ = 2**63 - 1
+#: The longest timestamp a cursor may carry (an RFC 3339 string is 20 - 32 characters).
+MAX_STAMP_LEN = 64
+
+
+def cursor_seq(value: Any) -> int:
+    """A seq read from a cursor, or BadCursor: a forged one past the column's range was an
+    internal error (the driver refused to bind it)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQ:
+        raise BadCursor("not a cursor this method handed out")
+    return value
+
+
+def cursor_stamp(value: Any) -> str:
+    """A timestamp read from a cursor, or BadCursor."""
+    if not isinstance(value, str) or len(value) > MAX_STAMP_LEN:
+        raise BadCursor("not a cursor this method handed out")
+    return value
+
+
 def decode_cursor(kind: str, cursor: str, arity: int) -> list[Any]:
     """The sort key inside ``cursor``; BadCursor when it is not one of ``kind``'s."""
     try:
@@ -80,9 +101,8 @@ def list_memories(conn: Connection, req: ListRequest, now: str) -> dict[str, Any
     if req.recorded_before:
         conds.append(memories.c.recorded_at < req.recorded_before)
     if req.cursor:
-        recorded_at, seq = decode_cursor("list", req.cursor, 2)
-        if not isinstance(recorded_at, str) or not isinstance(seq, int):
-            raise BadCursor("not a cursor this method handed out")
+        stamp, position = decode_cursor("list", req.cursor, 2)
+        recorded_at, seq = cursor_stamp(stamp), cursor_seq(position)
         conds.append(or_(memories.c.recorded_at < recorded_at,
                          and_(memories.c.recorded_at == recorded_at, memories.c.seq < seq)))
     rows = conn.execute(
@@ -131,9 +151,8 @@ def export_page(conn: Connection, req: ExportRequest) -> dict[str, Any]:
     where = _export_filter(req)
     conds = [where]
     if req.cursor:
-        (seq,) = decode_cursor("export", req.cursor, 1)
-        if not isinstance(seq, int):
-            raise BadCursor("not a cursor this method handed out")
+        (position,) = decode_cursor("export", req.cursor, 1)
+        seq = cursor_seq(position)
         conds.append(memories.c.seq > seq)
     rows = conn.execute(
         select(memories).where(and_(*conds)).order_by(memories.c.seq).limit(req.limit + 1)
