@@ -77,6 +77,20 @@ def test_a_search_merges_every_part_and_finds_what_one_graph_finds() -> None:
     assert split >= 0.95 and split >= one - 0.02, (split, one)
 
 
+def test_a_full_part_keeps_no_spare_slots() -> None:
+    """hnswlib allocates every slot of a graph's capacity (about 1.8 KB each at M 32): a part
+    grows to part_rows and no further, where one graph kept a quarter more than it held."""
+    graphs = OwnerGraphs(1, DIM, part_rows=3000)
+    vecs = clustered(7000, seed=8)
+    for start in range(0, 7000, 500):
+        graphs.add(list(range(start + 1, start + 501)), vecs[start:start + 500])
+    assert [p.index.get_max_elements() for p in graphs.parts[:2]] == [3000, 3000]
+    assert graphs.labels() == set(range(1, 7001))
+    graphs.erase(10)
+    graphs.add([10], vecs[9:10])  # an old row back in a full part: it grows past part_rows
+    assert graphs.parts[0].contains(10)
+
+
 def test_parts_must_start_at_zero_in_increasing_order() -> None:
     with pytest.raises(ValueError, match="do not start at 0"):
         OwnerGraphs(1, DIM, parts=[(5, OwnerIndex(1, DIM))])

@@ -106,9 +106,14 @@ class GraphLock:
 class OwnerIndex:
     """The HNSW graph of one ``vector_owners`` id, with the file it was last saved to."""
 
-    def __init__(self, owner_id: int, dim: int, index: hnswlib.Index | None = None):
+    def __init__(self, owner_id: int, dim: int, index: hnswlib.Index | None = None, *,
+                 limit: int | None = None):
         self.owner_id = owner_id
         self.dim = dim
+        #: The size this graph is meant to reach (a part's, store/sqlite/ann_parts.py): growth
+        #: stops there unless more labels come, so a full part holds no spare slots (hnswlib
+        #: allocates every slot of its capacity: about 1.8 KB each at M 32).
+        self.limit = limit
         if index is None:
             index = hnswlib.Index(space="cosine", dim=dim)
             index.init_index(max_elements=MIN_CAPACITY, ef_construction=EF_CONSTRUCTION, M=M)
@@ -140,7 +145,10 @@ class OwnerIndex:
         with self.lock.exclusive():
             need = int(self.index.element_count) + len(labels)
             if need > self.index.get_max_elements():
-                self.index.resize_index(max(int(need * GROWTH), MIN_CAPACITY))
+                grown = max(int(need * GROWTH), MIN_CAPACITY)
+                if self.limit and need <= self.limit:
+                    grown = min(grown, self.limit)  # past it (rows that come back), grow as usual
+                self.index.resize_index(grown)
             self.index.add_items(np.asarray(vectors, dtype=np.float32), np.asarray(labels, dtype=np.int64),
                                  num_threads=threads)
         self.dirty += len(labels)
@@ -227,11 +235,12 @@ class OwnerIndex:
         self.dirty = 0
 
     @classmethod
-    def load(cls, owner_id: int, dim: int, path: Path, spare: int = MIN_CAPACITY) -> OwnerIndex:
+    def load(cls, owner_id: int, dim: int, path: Path, spare: int = MIN_CAPACITY,
+             limit: int | None = None) -> OwnerIndex:
         layout = file_layout(path)
         index = hnswlib.Index(space="cosine", dim=dim)
         index.load_index(str(path), max_elements=layout.count + spare)
-        out = cls(owner_id, dim, index)
+        out = cls(owner_id, dim, index, limit=limit)
         out.path = path
         out.file_labels = read_labels(path)
         return out

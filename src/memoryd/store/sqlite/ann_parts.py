@@ -55,7 +55,7 @@ class OwnerGraphs:
         self.part_rows = part_rows
         #: Each part's lowest seq (the first is 0: it takes every row below the second's).
         self.los: list[int] = [0]
-        self.parts: list[OwnerIndex] = [OwnerIndex(owner_id, dim)]
+        self.parts: list[OwnerIndex] = [OwnerIndex(owner_id, dim, limit=part_rows)]
         if parts:
             self.los = [lo for lo, _ in parts]
             self.parts = [graph for _, graph in parts]
@@ -76,8 +76,9 @@ class OwnerGraphs:
         if label < self.los[last]:
             return bisect.bisect_right(self.los, label) - 1, planned
         if planned >= self.part_rows and label > self._top:
+            # The part first, then its bound: a lookup between the two still finds the old one.
+            self.parts.append(OwnerIndex(self.owner_id, self.dim, limit=self.part_rows))
             self.los.append(label)
-            self.parts.append(OwnerIndex(self.owner_id, self.dim))
             return last + 1, 1
         return last, planned + 1
 

@@ -54,7 +54,7 @@ from sqlalchemy import Connection, Engine
 from memoryd.privatefs import make_dirs
 from memoryd.store.engine import read_only
 from memoryd.store.sidecar import IndexThread, Registry, read_manifest, trim_log, write_json
-from memoryd.store.sqlite.ann import OwnerIndex
+from memoryd.store.sqlite.ann import MIN_CAPACITY, OwnerIndex
 from memoryd.store.sqlite.ann_parts import PART_ROWS, OwnerGraphs, search_side_by_side
 
 log = structlog.get_logger(__name__)
@@ -467,15 +467,25 @@ class AnnSet(IndexThread):
             entries = entry.get("parts") or [{"file": entry.get("file"), "lo": 0,
                                               "count": entry.get("count", 0)}]
             try:
+                last = len(entries) - 1
                 parts = [(int(part["lo"]),
                           OwnerIndex.load(int(owner), self.dim, self.dir / str(part["file"]),
-                                          spare=max(1024, int(part.get("count", 0)) // 4)))
-                         for part in entries]
+                                          spare=self._spare(int(part.get("count", 0)), last=i == last),
+                                          limit=self.part_rows))
+                         for i, part in enumerate(entries)]
                 out[int(owner)] = OwnerGraphs(int(owner), self.dim, parts=parts, part_rows=self.part_rows)
             except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
                 log.warning("ann.file_unreadable", owner_id=owner, error=str(exc), fix="rebuilding")
                 return {}
         return out
+
+    def _spare(self, count: int, *, last: bool) -> int:
+        """Free slots to load a part with: the last one grows (up to part_rows, or a quarter of
+        a graph saved before parts); the others only take back an old row now and then."""
+        if not last:
+            return MIN_CAPACITY
+        room = self.part_rows - count if count < self.part_rows else count // 4
+        return max(MIN_CAPACITY, room)
 
     def status(self) -> dict[str, Any]:
         """What ``memoryd status`` shows of the graphs (``behind``: log entries not applied yet)."""
