@@ -115,6 +115,8 @@ class Config:
     vector_index_part_rows: int = _key(100000, "Vectors per HNSW graph: a larger owner's rows are split by "
                                        "age into graphs of this size, searched side by side (one graph "
                                        "finds less of the exact top-k as it grows).")
+    vector_index_split_ef: int = _key(1024, "HNSW search beam for each graph of an owner split into "
+                                      "several (vector_index_ef for the rest, and for searches by kind).")
     lexical_index: bool = _key(True, "Once the store holds lexical_index_min_rows active memories, keep a "
                                "tantivy index of their words beside it (false: the store's full-text "
                                "search only, FTS5 or PostgreSQL's tsvector).")
@@ -219,6 +221,7 @@ class Config:
             "conn_max_buffered_bytes", "total_max_buffered_bytes",
             "write_queue_max", "write_batch_max", "read_threads", "job_max_attempts", "embed_batch_size",
             "embed_encode_batch", "vector_index_min_rows", "vector_index_ef", "vector_index_part_rows",
+            "vector_index_split_ef",
             "pg_writers",
             "lexical_index_min_rows", "lexical_index_shard_rows",
         )

@@ -218,7 +218,7 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
                            err=True)
             t0 = time.perf_counter()
             ann = AnnSet(engine, directory, min_rows=cfg.vector_index_min_rows, ef=cfg.vector_index_ef,
-                         part_rows=cfg.vector_index_part_rows)
+                         part_rows=cfg.vector_index_part_rows, split_ef=cfg.vector_index_split_ef)
             with engine.begin() as conn:
                 ensure_log(conn)
             ann.open()

@@ -180,7 +180,8 @@ class Daemon:
 
         self.ann = ann_set.AnnSet(engine, self.data_dir / "index" / "vectors",
                                   min_rows=self.cfg.vector_index_min_rows, ef=self.cfg.vector_index_ef,
-                                  part_rows=self.cfg.vector_index_part_rows)
+                                  part_rows=self.cfg.vector_index_part_rows,
+                                  split_ef=self.cfg.vector_index_split_ef)
         self.ann.start()
         ann_set.attach(engine, self.ann)
 

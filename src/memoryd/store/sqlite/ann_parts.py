@@ -40,6 +40,12 @@ from memoryd.store.sqlite.ann import Filter, OwnerIndex
 #: real vectors one graph found 0.917 of the exact top 10 at ef 512 (bench/studies/
 #: ann_million_real.py); the split is measured there at 200,000-1,000,000.
 PART_ROWS = 100_000
+#: The search beam for each graph of an owner split into parts (AnnSet's ``split_ef``). A
+#: split owner's merged recall is about one part's at the same ef (at a million real sentence
+#: vectors in parts of 100,000: 0.923 at ef 512, 0.969 at 1,024, 9.6 ms p50; one graph of
+#: 100,000 alone: 0.917 and 0.962), and ef 512 keeps its 0.92 - 0.98 for owners below
+#: PART_ROWS, whose graphs the random-vector bench at a million searches three at a time.
+SPLIT_EF = 1024
 
 
 class OwnerGraphs:
@@ -135,7 +141,8 @@ class OwnerGraphs:
                allowed: Filter | None) -> list[tuple[int, float]]:
         """The ``k`` nearest labels of all parts (AnnSet searches every visible owner's parts at
         once; this is one owner on its own)."""
-        hits = [hit for found in search_side_by_side(self.parts, query, k, ef, allowed) for hit in found]
+        found = search_side_by_side([(part, ef) for part in self.parts], query, k, allowed)
+        hits = [hit for part_hits in found for hit in part_hits]
         hits.sort(key=lambda h: h[1])
         return hits[:k]
 
@@ -161,14 +168,18 @@ def _search_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def search_side_by_side(graphs: Sequence[OwnerIndex], query: np.ndarray, k: int, ef: int,
+def search_side_by_side(graphs: Sequence[tuple[OwnerIndex, int]], query: np.ndarray, k: int,
                         allowed: Filter | None) -> list[list[tuple[int, float]]]:
-    """Each graph's ``k`` nearest labels, in the order given. hnswlib searches without the GIL
-    (unless ``allowed`` is called), so several graphs are searched side by side, on as many
-    threads as the machine has cores."""
-    def one(graph: OwnerIndex) -> list[tuple[int, float]]:
-        return graph.search(query, k, ef, allowed)
+    """Each graph's ``k`` nearest labels at its own ef (``graphs``: (graph, ef) pairs), in the
+    order given. hnswlib searches without the GIL,
+    so several graphs are searched side by side, on as many threads as the machine has cores,
+    unless ``allowed`` is given: hnswlib takes the GIL for each call of it (thousands a search),
+    and two threads taking turns at it were slower than one thread searching the graphs one
+    after another (4 graphs of 50,000 real vectors, a 25 % filter, ef 512: p50 17 - 19 ms on
+    the pool against 12 - 13 ms in turn)."""
+    def one(job: tuple[OwnerIndex, int]) -> list[tuple[int, float]]:
+        return job[0].search(query, k, job[1], allowed)
 
-    if len(graphs) > 1:
+    if len(graphs) > 1 and allowed is None:
         return list(_search_pool().map(one, graphs))
-    return [one(graph) for graph in graphs]
+    return [one(job) for job in graphs]
