@@ -165,12 +165,14 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
     """Rebuild the search indexes from the store alone (this data directory's daemon must be stopped).
 
     On SQLite, the HNSW graphs (``<data dir>/index/vectors/``) are a cache of the store's
-    vectors: this drops them and builds one for every owner with at least
-    ``vector_index_min_rows`` vectors, as the daemon does at start when they
-    are missing. The lexical index (``<data dir>/index/lexical/``) is dropped
-    and built again when the store holds ``lexical_index_min_rows`` active
-    memories. Use it when ``memoryd status`` shows an index failing, or after
-    restoring the database from a backup.
+    vectors: this drops them and builds them for every owner with at least
+    ``vector_index_min_rows`` vectors (split into graphs of
+    ``vector_index_part_rows``), as the daemon does at start when they are
+    missing. The lexical index (``<data dir>/index/lexical/``) is dropped and
+    built again when the store holds ``lexical_index_min_rows`` active
+    memories. Use it when ``memoryd status`` shows an index failing, after
+    restoring the database from a backup, or to split a graph saved before
+    graphs were split.
 
     On PostgreSQL, the HNSW index in the database is built again with the
     current parameters (``REINDEX ... CONCURRENTLY``: other daemons on the
