@@ -21,6 +21,7 @@ from memoryd.clock import rfc3339_from_epoch
 from memoryd.errors import StaleLease
 from memoryd.queue.backoff import backoff_s
 from memoryd.store.backends import backend_for
+from memoryd.store.ids import MAX_INTEGER
 from memoryd.store.prepared import BULK_MIN_ROWS, fetch, prepare, run_many
 from memoryd.store.rows import insert_rows
 from memoryd.store.schema import jobs
@@ -253,9 +254,9 @@ def prune_done(conn: Connection, *, older_than: float) -> int:
     ).rowcount
 
 
-#: The largest job id each backend's ``jobs.id`` holds (PostgreSQL: integer; SQLite: 64 bits).
+#: The largest job id PostgreSQL's ``jobs.id`` holds (an integer column; SQLite's holds
+#: store.ids.MAX_INTEGER).
 PG_MAX_ID = 2**31 - 1
-SQLITE_MAX_ID = 2**63 - 1
 
 
 def retry_dead(conn: Connection, *, now: float, job_ids: Sequence[int] = (),
@@ -269,7 +270,7 @@ def retry_dead(conn: Connection, *, now: float, job_ids: Sequence[int] = (),
     if job_ids:
         # An id past the column's range names no job; PostgreSQL's integer column would refuse
         # the comparison ("integer out of range": the hostile-input suite got a 1003 for it).
-        top = SQLITE_MAX_ID if conn.dialect.name == "sqlite" else PG_MAX_ID
+        top = MAX_INTEGER if conn.dialect.name == "sqlite" else PG_MAX_ID
         cond.append(jobs.c.id.in_([i for i in job_ids if i <= top]))
     if pass_name:
         cond.append(pass_col == pass_name)

@@ -16,7 +16,8 @@ from memoryd.clock import normalize_rfc3339
 from memoryd.config import Config
 from memoryd.errors import Forbidden, InvalidParams, TooLarge
 from memoryd.exchange import vectors as record_vectors
-from memoryd.store.listing import EXPORTABLE_STATUSES, MAX_SEQ, BadCursor, ExportRequest, ListRequest
+from memoryd.store.ids import MAX_INTEGER
+from memoryd.store.listing import EXPORTABLE_STATUSES, BadCursor, ExportRequest, ListRequest
 from memoryd.store.memories import (
     KeptVector,
     NewMemory,
@@ -33,8 +34,8 @@ MAX_OWNER_LEN = 256
 MAX_METADATA_BYTES = 65536
 #: The longest ttl_s: its expiry time must stay a timestamp the store can write (years 1..9999).
 MAX_TTL_S = 100 * 365.25 * 86400
-#: Job ids are SQLite integers (signed 64-bit).
-MAX_JOB_ID = 2**63 - 1
+#: Job ids are the store's integers (signed 64-bit).
+MAX_JOB_ID = MAX_INTEGER
 WRITE_PARAMS = {
     "content", "kind", "scope", "agent_id", "user_id", "project", "session_id", "importance",
     "valid_from", "valid_to", "occurred_at", "ttl_s", "metadata", "idempotency_key",
@@ -351,7 +352,7 @@ def parse_forget_page(params: Mapping[str, Any]) -> tuple[int | None, int]:
     if cursor is None:
         return limit, 0
     if (not isinstance(cursor, str) or not cursor.startswith("s") or not cursor[1:].isdigit()
-            or len(cursor) > 20 or int(cursor[1:]) > MAX_SEQ):
+            or len(cursor) > 20 or int(cursor[1:]) > MAX_INTEGER):
         raise InvalidParams("cursor", "must be the next_cursor of the previous answer")
     return limit, int(cursor[1:])
 

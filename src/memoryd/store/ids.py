@@ -12,6 +12,9 @@ _ID_RE = re.compile(rf"^{PREFIX}[{_ALPHABET}]{{26}}$")
 #: Every 10-bit value as its two Crockford digits.
 _PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]
 _SHIFTS = tuple(range(120, -1, -10))
+#: The largest integer a store's integer key holds (SQLite's INTEGER, PostgreSQL's bigint): the
+#: bound of a seq or job id a client may name.
+MAX_INTEGER = 2**63 - 1
 
 
 def encode_ulid(value: int) -> str:

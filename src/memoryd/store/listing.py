@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, and_, func, or_, select
 
+from memoryd.store.ids import MAX_INTEGER
 from memoryd.store.memories import to_public
 from memoryd.store.schema import OWNER_FIELDS, memories, memory_links, memory_vectors
 from memoryd.store.scope import Reader, visible
@@ -36,8 +37,6 @@ def encode_cursor(kind: str, position: list[Any]) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-#: The largest seq a cursor may carry: SQLite's integers and PostgreSQL's bigints end here.
-MAX_SEQ = 2**63 - 1
 #: The longest timestamp a cursor may carry (an RFC 3339 string is 20 - 32 characters).
 MAX_STAMP_LEN = 64
 
@@ -45,7 +44,7 @@ MAX_STAMP_LEN = 64
 def cursor_seq(value: Any) -> int:
     """A seq read from a cursor, or BadCursor: a forged one past the column's range was an
     internal error (the driver refused to bind it)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQ:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INTEGER:
         raise BadCursor("not a cursor this method handed out")
     return value
 

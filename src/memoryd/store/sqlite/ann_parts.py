@@ -59,15 +59,13 @@ class OwnerGraphs:
         self.owner_id = owner_id
         self.dim = dim
         self.part_rows = part_rows
+        # Loaded parts, or one empty part for a build (an hnswlib index allocates its capacity).
+        parts = parts or [(0, OwnerIndex(owner_id, dim, limit=part_rows))]
         #: Each part's lowest seq (the first is 0: it takes every row below the second's).
-        self.los: list[int] = [0]
-        self.parts: list[OwnerIndex] = [OwnerIndex(owner_id, dim, limit=part_rows)]
-        if parts:
-            self.los = [lo for lo, _ in parts]
-            self.parts = [graph for _, graph in parts]
-            if self.los[0] != 0 or self.los != sorted(set(self.los)):
-                raise ValueError(f"owner {owner_id}'s parts do not start at 0 in increasing order: "
-                                 f"{self.los}")
+        self.los: list[int] = [lo for lo, _ in parts]
+        self.parts: list[OwnerIndex] = [graph for _, graph in parts]
+        if self.los[0] != 0 or self.los != sorted(set(self.los)):
+            raise ValueError(f"owner {owner_id}'s parts do not start at 0 in increasing order: {self.los}")
         #: The highest label ever added to the last part (a new part starts only above it).
         self._top = _highest_label(self.parts[-1])
 
@@ -85,7 +83,8 @@ class OwnerGraphs:
             # The part first, then its bound: a lookup between the two still finds the old one.
             self.parts.append(OwnerIndex(self.owner_id, self.dim, limit=self.part_rows))
             self.los.append(label)
-            return last + 1, 1
+            last, planned = last + 1, 0
+        self._top = max(self._top, label)
         return last, planned + 1
 
     # -- contents ----------------------------------------------------------------------------
@@ -125,8 +124,6 @@ class OwnerGraphs:
                 groups.setdefault(len(self.parts) - 1, []).append(int(i))  # overwritten in place
                 continue
             part, planned = self._place(label, planned)
-            if part == len(self.parts) - 1:
-                self._top = max(self._top, label)
             groups.setdefault(part, []).append(int(i))
         vectors = np.asarray(vectors, dtype=np.float32)
         for part, rows in sorted(groups.items()):
@@ -171,12 +168,11 @@ def _search_pool() -> ThreadPoolExecutor:
 def search_side_by_side(graphs: Sequence[tuple[OwnerIndex, int]], query: np.ndarray, k: int,
                         allowed: Filter | None) -> list[list[tuple[int, float]]]:
     """Each graph's ``k`` nearest labels at its own ef (``graphs``: (graph, ef) pairs), in the
-    order given. hnswlib searches without the GIL,
-    so several graphs are searched side by side, on as many threads as the machine has cores,
-    unless ``allowed`` is given: hnswlib takes the GIL for each call of it (thousands a search),
-    and two threads taking turns at it were slower than one thread searching the graphs one
-    after another (4 graphs of 50,000 real vectors, a 25 % filter, ef 512: p50 17 - 19 ms on
-    the pool against 12 - 13 ms in turn)."""
+    order given. hnswlib searches without the GIL, so several graphs are searched side by side,
+    on as many threads as the machine has cores, unless ``allowed`` is given: hnswlib takes the
+    GIL for each call of it (thousands a search), and two threads taking turns at it were
+    slower than one thread searching the graphs one after another (4 graphs of 50,000 real
+    vectors, a 25 % filter, ef 512: p50 17 - 19 ms on the pool against 12 - 13 ms in turn)."""
     def one(job: tuple[OwnerIndex, int]) -> list[tuple[int, float]]:
         return job[0].search(query, k, job[1], allowed)
 
