@@ -3,13 +3,16 @@
 An export of N memories (bench/_harness.py dev_notes, realistic lengths) is
 written straight to a file, each record with a 384-dimensional vector named
 ``all-MiniLM-L6-v2`` (the bundled model's name and dimension) and the content
-hash it describes: random unit vectors, since only the time to store and index
-them is measured here. Fresh daemons on the same machine, in the same run, each
-with the bundled embedder:
+hash it describes: random unit vectors by default, or with ``--vectors real``
+the sentences of bench/studies/ann_million_real.py with their real vectors
+(bench/_corpus.py). HNSW takes random vectors slower than real ones, so the
+index's catch-up differs between the two. Fresh daemons on the same machine, in
+the same run, each with the bundled embedder:
 
-(a) **raw**: the same contents through plain ``memory.write_many`` (batches of
-    500, no idempotency key, no ``restore``, no vector): the write path's group
-    fast path, the cheapest way into the store; embed jobs just queue;
+(a) **raw** (not with ``--no-raw``): the same contents through plain
+    ``memory.write_many`` (batches of 500, no idempotency key, no ``restore``,
+    no vector): the write path's group fast path, the cheapest way into the
+    store; embed jobs just queue;
 (b) **kept**: ``memoryd import --progress FILE`` (the CLI, as a user runs it:
     streaming, file parsing and validation included). Each row is stored with
     its vector and no embed job. Measured: seconds until the command exits
@@ -18,9 +21,9 @@ with the bundled embedder:
     store hold every imported vector), then a hybrid search (the embedder
     loaded before the import) must answer imported rows, and is timed; the
     client's and the daemon's peak RSS while importing (sampled every 0.2 s),
-    both processes' CPU seconds, and a second run of the same import (every
-    line answered from its idempotency key: the row and vector counts after it
-    must still be N);
+    both processes' CPU seconds, and (not with ``--no-rerun``) a second run of
+    the same import (every line answered from its idempotency key: the row and
+    vector counts after it must still be N);
 (b') **kept, no graphs** (``--index-control``): the same import into a daemon
     with ``vector_index = false`` (searches scan vec0 exactly), to tell the
     import's own CPU from the HNSW graphs' (a graph takes each vector in the
@@ -35,6 +38,7 @@ with the bundled embedder:
     .venv/bin/python bench/import.py --sizes 10000 100000 --repeat 2 --index-control
     .venv/bin/python bench/import.py --sizes 100000 --repeat 0 --index-control   # the control only
     .venv/bin/python bench/import.py --quick         # 1,000
+    .venv/bin/python bench/import.py --sizes 1000000 --vectors real --no-raw --no-rerun
 
 The machine is shared: wall-clock figures swing with its load (the banner
 prints the load average); the CPU seconds per memory of the client and the
@@ -54,11 +58,11 @@ from typing import Any
 
 import numpy as np
 
+from _corpus import KINDS, Corpus
 from _harness import (
     Daemon,
     banner,
     cpu_seconds,
-    dev_notes,
     parser,
     print_table,
     queue_open,
@@ -69,12 +73,14 @@ from _harness import (
 from memoryd.store.memories import content_hash
 
 MODEL, DIM = "all-MiniLM-L6-v2", 384
+VECTOR_CHUNK = 10_000
 CONFIG = {"governor_enabled": False, "model_idle_s": 3600.0}
 
 
-def write_export(path: Path, texts: list[str], with_vectors: bool, seed: int = 11) -> int:
-    """An export file of ``texts`` (agent a1), with random unit vectors when asked; its size."""
-    rng = np.random.default_rng(seed)
+def write_export(path: Path, corpus: Corpus, with_vectors: bool) -> int:
+    """An export file of the corpus's texts (agent a1), with its vectors when asked; its size."""
+    texts = corpus.texts
+    vectors = (row for chunk in corpus.vector_chunks(VECTOR_CHUNK) for row in chunk)
     with path.open("w") as out:
         out.write(json.dumps({"record": "header", "format": "memoryd-export", "format_version": 1,
                               "memoryd_version": "bench", "exported_at": "2026-01-01T00:00:00.000000Z",
@@ -85,8 +91,7 @@ def write_export(path: Path, texts: list[str], with_vectors: bool, seed: int = 1
                 "scope": "agent", "agent_id": "a1", "status": "active", "importance": 0.5,
                 "recorded_at": "2026-01-01T00:00:00.000000Z", "metadata": {}, "links": []}
             if with_vectors:
-                vec = rng.standard_normal(DIM).astype("<f4")
-                vec /= np.linalg.norm(vec)
+                vec = np.asarray(next(vectors), dtype="<f4")
                 record["vector"] = {"model": MODEL, "dim": DIM, "encoding": "f32le-base64",
                                     "data": base64.b64encode(vec.tobytes()).decode(),
                                     "content_hash": content_hash(text)}
@@ -222,9 +227,11 @@ def _dir(path: Path) -> Path:
     return path
 
 
-def kept_run(root: Path, n: int, path: Path, label: str, index_on: bool = True) -> dict[str, Any]:
+def kept_run(root: Path, n: int, path: Path, label: str, index_on: bool = True,
+             rerun: bool = True) -> dict[str, Any]:
     """One import with vectors kept into a fresh daemon, until searchable (``index_on`` False:
-    a daemon without the HNSW graphs, to tell the import's own cost from the index's)."""
+    a daemon without the HNSW graphs, to tell the import's own cost from the index's), then
+    (``rerun``) the same import again."""
     config = CONFIG if index_on else {**CONFIG, "vector_index": False}
     with Daemon(_dir(root / label), embedder="bundled", config=config, label="kept") as d:
         warm_embedder(d)
@@ -235,7 +242,7 @@ def kept_run(root: Path, n: int, path: Path, label: str, index_on: bool = True) 
         run.update({"vectors_kept": summary["vectors_kept"], "written": summary["written"],
                     "vectors_after": vectors_stored(d), "embed_open_after": queue_open(status, "embed"),
                     "searchable_s": run["import_s"] + searchable["index_wait_s"], **searchable})
-        if not index_on:
+        if not index_on or not rerun:
             return run
         # Run again: every line answers from its idempotency key, nothing is written twice.
         again = run_import(d, path)
@@ -263,24 +270,31 @@ def reembed_run(root: Path, n: int, path: Path, drain_sample: int | None) -> dic
                 "searchable_s": seconds + (n - before) / rate, "extrapolated": before + sample < n}
 
 
-def one_size(root: Path, n: int, repeat: int, reembed: bool, drain_sample: int | None,
-             index_control: bool) -> dict[str, Any]:
-    texts = dev_notes(n, seed=21)
+def one_size(root: Path, n: int, args: Any) -> dict[str, Any]:
+    repeat, reembed, drain_sample, index_control = (args.repeat, args.reembed, args.drain_sample,
+                                                    args.index_control)
+    corpus = Corpus(n, 11, args.vectors, text_seed=21)
+    texts = corpus.texts
     with_vectors = root / f"with-vectors-{n}.jsonl"
-    out: dict[str, Any] = {"n": n, "file_bytes_with_vectors": write_export(with_vectors, texts, True),
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"n": n, "vectors": args.vectors,
+                           "file_bytes_with_vectors": write_export(with_vectors, corpus, True),
                            "raw_write_many_s": [], "kept": []}
+    print(f"N={n}: export file written in {time.perf_counter() - t0:.0f} s", flush=True)
     for r in range(repeat):
-        with Daemon(_dir(root / f"raw{n}-{r}"), embedder="bundled", config=CONFIG, label="raw") as d:
-            out["raw_write_many_s"].append(raw_write_many(d, texts))
-        out["kept"].append(kept_run(root, n, with_vectors, f"kept{n}-{r}"))
+        if not args.no_raw:
+            with Daemon(_dir(root / f"raw{n}-{r}"), embedder="bundled", config=CONFIG, label="raw") as d:
+                out["raw_write_many_s"].append(raw_write_many(d, texts))
+        out["kept"].append(kept_run(root, n, with_vectors, f"kept{n}-{r}", rerun=not args.no_rerun))
+        raw = f"; raw {out['raw_write_many_s'][-1]:.1f} s" if out["raw_write_many_s"] else ""
         print(f"N={n} run {r + 1}: import {out['kept'][-1]['import_s']:.1f} s, searchable "
-              f"{out['kept'][-1]['searchable_s']:.1f} s; raw {out['raw_write_many_s'][-1]:.1f} s", flush=True)
+              f"{out['kept'][-1]['searchable_s']:.1f} s{raw}", flush=True)
     if index_control:
         out["no_index"] = kept_run(root, n, with_vectors, f"noindex{n}", index_on=False)
         print(f"N={n} without the vector index: import {out['no_index']['import_s']:.1f} s", flush=True)
     if reembed:
         without = root / f"without-{n}.jsonl"
-        out["file_bytes_without"] = write_export(without, texts, False)
+        out["file_bytes_without"] = write_export(without, corpus, False)
         out["reembed"] = reembed_run(root, n, without, drain_sample)
     return out
 
@@ -293,17 +307,24 @@ def _span(values: list[float], fmt: str = "{:.1f}") -> str:
 
 def _kept_rows(n: int, kept: list[dict[str, Any]], raw: list[float]) -> list[list[Any]]:
     rows: list[list[Any]] = []
-    rows.append([n, "raw write_many (no vectors, no restore)", _span(raw),
-                 _span([n / s for s in raw], "{:,.0f}"), "-"])
+
+    def by_raw(key: str) -> str:
+        if not raw:  # --no-raw
+            return "-"
+        return _span([k[key] / s for k, s in zip(kept, raw, strict=True)], "{:.2f}")
+
+    if raw:
+        rows.append([n, "raw write_many (no vectors, no restore)", _span(raw),
+                     _span([n / s for s in raw], "{:,.0f}"), "-"])
     rows.append([n, "import, vectors kept: until the command exits", _span([k["import_s"] for k in kept]),
-                 _span([n / k["import_s"] for k in kept], "{:,.0f}"),
-                 _span([k["import_s"] / s for k, s in zip(kept, raw, strict=True)], "{:.2f}")])
+                 _span([n / k["import_s"] for k in kept], "{:,.0f}"), by_raw("import_s")])
     rows.append([n, "  until searchable (vector index ready, behind 0)",
                  _span([k["searchable_s"] for k in kept]),
-                 _span([n / k["searchable_s"] for k in kept], "{:,.0f}"),
-                 _span([k["searchable_s"] / s for k, s in zip(kept, raw, strict=True)], "{:.2f}")])
-    rows.append([n, "  run again (nothing written)", _span([k["rerun_s"] for k in kept]),
-                 _span([n / k["rerun_s"] for k in kept], "{:,.0f}"), "-"])
+                 _span([n / k["searchable_s"] for k in kept], "{:,.0f}"), by_raw("searchable_s")])
+    reruns = [k["rerun_s"] for k in kept if "rerun_s" in k]
+    if reruns:
+        rows.append([n, "  run again (nothing written)", _span(reruns),
+                     _span([n / s for s in reruns], "{:,.0f}"), "-"])
     return rows
 
 
@@ -316,6 +337,14 @@ def main() -> None:
     p.add_argument("--reembed", action="store_true", help="also time an import without vectors + embed drain")
     p.add_argument("--index-control", action="store_true",
                    help="also import into a daemon without the HNSW graphs (vector_index false)")
+    p.add_argument("--vectors", choices=KINDS, default="random",
+                   help="random: developer notes with random unit vectors; real: the sentences of "
+                        "bench/studies/ann_million_real.py with their real all-MiniLM-L6-v2 vectors "
+                        "(bench/_corpus.py; encoded first into that study's cache)")
+    p.add_argument("--no-raw", action="store_true",
+                   help="skip the raw write_many run (no x raw column; saves its time at a million)")
+    p.add_argument("--no-rerun", action="store_true",
+                   help="skip the second run of each import (the idempotent replay)")
     p.add_argument("--drain-sample", type=int, default=None,
                    help="time the embed drain of this many rows and extrapolate the rest")
     args = p.parse_args()
@@ -324,8 +353,7 @@ def main() -> None:
     results = []
     with workdir("import", args.keep) as root:
         for n in sizes:
-            results.append(one_size(root, n, args.repeat, args.reembed, args.drain_sample,
-                                    args.index_control))
+            results.append(one_size(root, n, args))
     rows = []
     for r in results:
         n, kept, raw = r["n"], r["kept"], r["raw_write_many_s"]

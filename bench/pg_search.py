@@ -2,9 +2,11 @@
 
 For each store size the benchmark builds, on an embedded PostgreSQL 18 +
 pgvector 0.8 server (tests/postgres.py's), the store bench/search.py builds on
-SQLite: the same texts (_harness.dev_notes), the same owners (search.owner_of,
-``--owners one`` for the worst case of one owner holding every row), and the
-same kind of stored vectors (random 384-d unit vectors). It loads it fast:
+SQLite: the same texts and stored vectors (bench/_corpus.py: developer notes
+with random 384-d unit vectors, or with ``--vectors real`` sentences with their
+real all-MiniLM-L6-v2 vectors) and the same owners (search.owner_of,
+``--owners one`` for the worst case of one owner holding every row). It loads
+it fast:
 
 * the schema by memoryd.store.migrate, then the tsvector GIN index and the
   HNSW index dropped;
@@ -33,14 +35,16 @@ ORDER BY hidden from the index), for the daemon's vector mode and for the raw
 KNN at several ``hnsw.ef_search`` values (``--ef``). The daemon's RSS, the
 server's and the store's size on disk are reported.
 
-The vectors are random, as bench/search.py's are: HNSW finds neighbours of
-random 384-d points harder than those of sentence embeddings, so recall here is
-a floor. The machine is shared: figures are noisy, read them as ratios to the
-raw baselines of the same run.
+By default the vectors are random, as bench/search.py's are: HNSW finds
+neighbours of random 384-d points harder than those of sentence embeddings, so
+recall with them is a floor; ``--vectors real`` measures real ones. The
+machine is shared: figures are noisy, read them as ratios to the raw baselines
+of the same run.
 
 A 1M store takes about 50 minutes to build: ``--keep-store DIR`` (one size)
 keeps it, the server stopped cleanly and its cluster left in DIR/data with
-DIR/pg_search_store.json (size, owners, seed, database, build figures);
+DIR/pg_search_store.json (size, owners, vectors, seed, database, build
+figures);
 ``--reuse-store DIR`` starts the server on that cluster and measures the
 store again without building or dropping it. The daemon's searches count
 accesses, so a store measured several times has had those rows updated.
@@ -80,6 +84,7 @@ from tests.postgres import PgServer, start_server, stop_server
 
 import _harness as h
 import search as sb  # bench/search.py
+from _corpus import KINDS, Corpus
 
 DIM = sb.DIM
 K = sb.K
@@ -248,8 +253,10 @@ def _vector_copy_rows(seqs: np.ndarray, vecs: np.ndarray, stamp: str) -> bytes:
 
 
 def build_store(url: str, n: int, seed: int,
-                before_hnsw: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
-    """A migrated PostgreSQL store with ``n`` memories and stored random unit vectors, indexed.
+                before_hnsw: Callable[[], dict[str, Any]] | None = None,
+                vector_kind: str = "random") -> dict[str, Any]:
+    """A migrated PostgreSQL store with ``n`` memories and stored unit vectors (bench/_corpus.py,
+    as bench/search.py's), indexed.
 
     ``before_hnsw`` runs once the rows, the GIN index and the table statistics are there, before
     the HNSW build (the longest step by far): its figures survive a build that runs out of time.
@@ -270,9 +277,9 @@ def build_store(url: str, n: int, seed: int,
             conn.exec_driver_sql("DROP INDEX IF EXISTS ix_memories_tsv")
             pgv.drop_index(conn)
         t0 = time.perf_counter()
-        texts = h.dev_notes(n, seed=seed)
+        corpus = Corpus(n, seed, vector_kind)
+        texts = corpus.texts
         times["texts_s"] = time.perf_counter() - t0
-        rng = np.random.default_rng(seed)
         stamp = to_rfc3339(utcnow())
         raw = engine.raw_connection()
         try:
@@ -294,10 +301,9 @@ def build_store(url: str, n: int, seed: int,
             with pg.cursor() as cur, cur.copy(
                     f"COPY memory_vectors ({', '.join(VECTOR_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as cp:
                 cp.write(header)
-                for start in range(0, n, VECTOR_CHUNK):
+                for start, vecs in zip(range(0, n, VECTOR_CHUNK), corpus.vector_chunks(VECTOR_CHUNK),
+                                       strict=True):
                     chunk = seqs[start:start + VECTOR_CHUNK]
-                    vecs = rng.standard_normal((len(chunk), DIM)).astype(np.float32)
-                    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
                     cp.write(_vector_copy_rows(chunk, vecs, stamp))
                 cp.write(struct.pack(">h", -1))
             pg.commit()
@@ -341,7 +347,8 @@ def build_store(url: str, n: int, seed: int,
     finally:
         engine.dispose()
     return {"n": n, "build_s": time.perf_counter() - t_all - times.get("before_hnsw_s", 0.0), "times": times,
-            "bytes": sizes, "db_bytes": sizes["database"], "text": h.text_stats(texts), "before_hnsw": early}
+            "bytes": sizes, "db_bytes": sizes["database"], "vectors": vector_kind,
+            "text": h.text_stats(texts), "before_hnsw": early}
 
 
 # -- the daemon's statements, captured ------------------------------------------------
@@ -589,6 +596,10 @@ def main() -> None:
     p.add_argument("--owners", choices=("spread", "one"), default=None,
                    help="spread (the default): ten agents, two users and org rows (the reader sees a "
                         "quarter); one: every row is the reader's agent's (the worst case for one owner)")
+    p.add_argument("--vectors", choices=KINDS, default=None,
+                   help="random (the default): developer notes with random unit vectors; real: the "
+                        "sentences of bench/studies/ann_million_real.py with their real "
+                        "all-MiniLM-L6-v2 vectors (encoded first into its cache, see bench/_corpus.py)")
     p.add_argument("--probe-timeout", type=float, default=300.0,
                    help="seconds one lexical probe search may take before the lexical and hybrid "
                         "series are skipped")
@@ -619,8 +630,13 @@ def main() -> None:
         if args.owners and args.owners != kept["owners"]:
             p.error(f"--reuse-store: the store in {args.reuse_store} was built with --owners "
                     f"{kept['owners']}, not {args.owners}")
+        if args.vectors and args.vectors != kept.get("vectors", "random"):
+            p.error(f"--reuse-store: the store in {args.reuse_store} holds "
+                    f"{kept.get('vectors', 'random')} vectors, not {args.vectors}")
         args.sizes, args.owners = str(kept["size"]), kept["owners"]
+        args.vectors = kept.get("vectors", "random")
     args.owners = args.owners or "spread"
+    args.vectors = args.vectors or "random"
     sb.ONE_OWNER = args.owners == "one"
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([10_000] if args.quick else [100_000])
     if args.keep_store:
@@ -633,7 +649,7 @@ def main() -> None:
     efs = [int(x) for x in args.ef.split(",") if x.strip()]
     prio = h.match_daemon_priority()
     h.banner("pg_search", f"search latency on PostgreSQL + pgvector at {', '.join(f'{s:,}' for s in sizes)} "
-             f"memories ({args.owners} owners) vs the raw statements", args.quick)
+             f"memories ({args.owners} owners, {args.vectors} vectors) vs the raw statements", args.quick)
     print(f"priority: this benchmark and its raw queries run at the daemon's ({prio}); the daemon "
           "inherits it")
     print("loading the embedder in this process (query vectors for the raw KNN)...")
@@ -643,7 +659,7 @@ def main() -> None:
     sb.Raw = RawPg  # type: ignore[assignment,misc]
     sb.vector_recall = vector_recall  # type: ignore[assignment]
     results: dict[str, Any] = {"sizes": {}, "queries_per_series": n_queries, "reader": sb.READER,
-                               "owners": args.owners}
+                               "owners": args.owners, "vectors": args.vectors}
     folder: Path | None = args.keep_store or args.reuse_store
     with h.workdir("pgsearch", keep=args.keep) as root:
         server = start_kept_server(folder) if folder else start_server()
@@ -670,9 +686,11 @@ def main() -> None:
                     else:
                         qs = sb.queries(n_queries, seed=100 + i)  # measure()'s cached-series queries
                         built = build_store(url, size, seed=11 + i,
-                                            before_hnsw=functools.partial(raw_lexical_series, url, qs))
+                                            before_hnsw=functools.partial(raw_lexical_series, url, qs),
+                                            vector_kind=args.vectors)
                         if folder:
-                            write_kept(folder, {"size": size, "owners": args.owners, "seed": 11 + i,
+                            write_kept(folder, {"size": size, "owners": args.owners,
+                                                "vectors": args.vectors, "seed": 11 + i,
                                                 "database": name, "build": built})
                             results["kept_store"] = str(folder)
                             keep = True

@@ -2,10 +2,13 @@
 
 For each store size the benchmark builds a SQLite store directly (migrated
 by memoryd.store.migrate, rows inserted through SQLAlchemy on an engine from
-create_store_engine, the FTS index rebuilt from the rows, and stored random
-unit vectors written through vectors.upsert into the vec0 index, as the embed
-pass writes them), starts a real daemon on it (bundled embedder), and measures
-over the socket:
+create_store_engine, the FTS index rebuilt from the rows, and stored unit
+vectors written through vectors.upsert into the vec0 index, as the embed pass
+writes them), starts a real daemon on it (bundled embedder), and measures over
+the socket. The vectors are random unit vectors beside developer notes, or with
+``--vectors real`` real all-MiniLM-L6-v2 vectors beside the sentences they were
+made from (bench/_corpus.py); random vectors are HNSW's worst case, so the
+recall they give is a floor. It measures:
 
 * hybrid, lexical and vector search p50/p95 with the query vector cached;
 * hybrid and vector with distinct, never-seen queries (the query embedding
@@ -32,6 +35,7 @@ agent and one user, so it sees about a fifth of the store.
 
     .venv/bin/python bench/search.py            # 10k and 100k
     .venv/bin/python bench/search.py --quick    # 2k and 10k, fewer queries
+    .venv/bin/python bench/search.py --sizes 1000000 --rounds 1 --owners one --vectors real
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import numpy as np
 import psutil
 
 import _harness as h
+from _corpus import KINDS, Corpus
 from memoryd.store.search import LEX_MIN_FETCH, LEX_OVERFETCH
 
 DIM = 384
@@ -107,8 +112,9 @@ def owner_of(i: int) -> tuple[str, str, dict[str, Any]]:
 
 
 # -- building the store --------------------------------------------------------------
-def build_store(data_dir: Path, n: int, seed: int) -> dict[str, Any]:
-    """A migrated store with ``n`` memories, FTS rows and stored random unit vectors."""
+def build_store(data_dir: Path, n: int, seed: int, vector_kind: str = "random") -> dict[str, Any]:
+    """A migrated store with ``n`` memories, FTS rows and stored unit vectors (bench/_corpus.py:
+    random ones with developer notes, or real ones with the study's sentences)."""
     from sqlalchemy import insert, text
 
     from memoryd.clock import to_rfc3339, utcnow
@@ -121,9 +127,9 @@ def build_store(data_dir: Path, n: int, seed: int) -> dict[str, Any]:
     engine = create_store_engine(f"sqlite:///{data_dir / 'memoryd.db'}")
     t0 = time.perf_counter()
     migrate.upgrade(engine)
-    rng = np.random.default_rng(seed)
     stamp = to_rfc3339(utcnow())
-    texts = h.dev_notes(n, seed=seed)
+    corpus = Corpus(n, seed, vector_kind)
+    texts = corpus.texts
     batch = 5000
     with engine.begin() as conn:
         for start in range(0, n, batch):
@@ -142,10 +148,8 @@ def build_store(data_dir: Path, n: int, seed: int) -> dict[str, Any]:
         # not the insert trigger already indexed them).
         conn.execute(text("INSERT INTO memories_fts(memories_fts) VALUES ('rebuild')"))
         seqs = [r[0] for r in conn.execute(text("SELECT seq FROM memories ORDER BY seq"))]
-        for start in range(0, n, batch):
+        for start, vecs in zip(range(0, n, batch), corpus.vector_chunks(batch), strict=True):
             chunk = seqs[start:start + batch]
-            vecs = rng.standard_normal((len(chunk), DIM)).astype(np.float32)
-            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
             vrows = [{"memory_seq": s, "model": "all-MiniLM-L6-v2", "dim": DIM, "vector": v.tobytes(),
                       "content_hash": "bench", "embedded_at": stamp}
                      for s, v in zip(chunk, vecs, strict=True)]
@@ -155,7 +159,7 @@ def build_store(data_dir: Path, n: int, seed: int) -> dict[str, Any]:
     engine.dispose()
     db = data_dir / "memoryd.db"
     return {"n": n, "build_s": time.perf_counter() - t0, "db_bytes": db.stat().st_size,
-            "text": h.text_stats(texts)}
+            "vectors": vector_kind, "text": h.text_stats(texts)}
 
 
 # -- raw SQL, in this process ------------------------------------------------------------
@@ -496,12 +500,29 @@ def wait_vector_leg(daemon: h.Daemon, timeout_s: float = 300.0) -> None:
     h.wait_vector_leg(daemon, timeout_s, **READER)
 
 
+#: ``--daemon-config KEY=VALUE``: keys given to the daemon on top of the bench's own.
+DAEMON_CONFIG: dict[str, Any] = {}
+
+
+def config_pair(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` with VALUE read as JSON (1024, 0.5, true) or else as a string."""
+    import json
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
+
+
 def start_daemon(root: Path, data_dir: Path, label: str) -> h.Daemon:
     """A daemon on the built store, once its vector leg answers (the model is loaded)."""
     # model_idle_s: a graph build can outlast the model worker's idle exit (300 s), after which
     # the first vector search answered lexically while the model loaded again.
     daemon = h.Daemon(root, embedder="bundled", data_dir=data_dir, label=label,
-                      config={"governor_enabled": False, "model_idle_s": 7200.0})
+                      config={"governor_enabled": False, "model_idle_s": 7200.0, **DAEMON_CONFIG})
     daemon.start()
     warm = time.perf_counter()
     wait_vector_leg(daemon)
@@ -541,13 +562,25 @@ def main() -> None:
     p.add_argument("--owners", choices=("spread", "one"), default="spread",
                    help="spread: ten agents, two users and org rows (the reader sees about a fifth); "
                         "one: every row is the reader's agent's (the worst case for one owner)")
+    p.add_argument("--vectors", choices=KINDS, default="random",
+                   help="random: developer notes with random unit vectors (HNSW's worst case); real: "
+                        "the sentences of bench/studies/ann_million_real.py with their real "
+                        "all-MiniLM-L6-v2 vectors from its cache (encode them first, see "
+                        "bench/_corpus.py); with --reuse, names what the kept store holds")
     p.add_argument("--reuse", default=None, metavar="DIR",
                    help="measure the store in DIR/data (a folder an earlier --keep run left) instead "
                         "of building one; one size only")
+    p.add_argument("--daemon-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config key for the daemon (repeatable), e.g. vector_index_ef=1024; VALUE "
+                        "is read as JSON, else as a string")
     p.add_argument("--name", default="search", help="results file name (bench/results/NAME.json)")
     args = p.parse_args()
     global ONE_OWNER
     ONE_OWNER = args.owners == "one"
+    try:
+        DAEMON_CONFIG.update(config_pair(x) for x in args.daemon_config)
+    except ValueError as e:
+        p.error(f"--daemon-config: {e}")
     if args.reuse and (not args.sizes or "," in args.sizes):
         p.error("--reuse measures one store: give its size with --sizes N")
     if args.rounds < 1:
@@ -562,7 +595,9 @@ def main() -> None:
           "inherits it")
     print("loading the embedder in this process (query vectors for the raw KNN)...")
     encoder = load_encoder()
-    results: dict[str, Any] = {"sizes": {}, "queries_per_series": n_queries, "reader": READER}
+    results: dict[str, Any] = {"sizes": {}, "queries_per_series": n_queries, "reader": READER,
+                               "owners": args.owners, "vectors": args.vectors,
+                               "daemon_config": DAEMON_CONFIG}
     for i, size in enumerate(sizes):
         with h.workdir(f"search{size}", keep=args.keep) as root:
             data_dir = root / "data"
@@ -570,11 +605,12 @@ def main() -> None:
                 data_dir = Path(args.reuse) / "data"
                 db_file = data_dir / "memoryd.db"
                 built = {"n": size, "build_s": float("nan"), "db_bytes": db_file.stat().st_size,
-                         "reused": str(data_dir)}
+                         "vectors": args.vectors, "reused": str(data_dir)}
             else:
-                built = build_store(data_dir, size, seed=11 + i)
+                built = build_store(data_dir, size, seed=11 + i, vector_kind=args.vectors)
             made = f"reused {args.reuse}" if args.reuse else f"built in {built['build_s']:.1f} s"
-            print(f"\na {size:,}-memory store, {made} ({built['db_bytes'] / 2**20:.0f} MiB)")
+            print(f"\na {size:,}-memory store ({args.vectors} vectors), {made} "
+                  f"({built['db_bytes'] / 2**20:.0f} MiB)")
             if args.prototypes_only:
                 proto = prototypes(data_dir / "memoryd.db", encoder, queries(n_queries, 100 + i))
                 print_prototypes(size, proto)

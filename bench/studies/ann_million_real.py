@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
 import inspect
 import json
 import os
@@ -70,11 +69,9 @@ sys.path.insert(0, str(BENCH / "studies"))
 import ann_candidates as cand  # noqa: E402
 
 import _harness as h  # noqa: E402
+from _corpus import CACHE, CHUNK, MANIFEST, cached_chunk, cached_texts, digest, load_manifest  # noqa: E402
 
-CACHE = BENCH / "results" / "ann_million_cache"
-MANIFEST = CACHE / "manifest.json"
 RESULTS = BENCH / "results" / "ann_million_real.json"
-CHUNK = 50_000
 BATCH = 128
 DIM = 384
 NOTES_PER_BATCH = 10_000
@@ -100,10 +97,9 @@ def sentences(text: str) -> Iterator[str]:
 
 def base_texts(n: int) -> list[str]:
     """The first ``n`` distinct sentences, from the cache's texts file if one holds that many."""
-    for path in sorted(CACHE.glob("texts-*.txt")):
-        if int(path.stem.split("-")[1]) >= n:
-            with open(path, encoding="utf-8", newline="\n") as f:
-                return [line.rstrip("\n") for _, line in zip(range(n), f, strict=False)]
+    cached = cached_texts(n)
+    if cached is not None:
+        return cached
     texts = make_base_texts(n)
     CACHE.mkdir(parents=True, exist_ok=True)
     tmp = CACHE / "texts.tmp"
@@ -149,28 +145,10 @@ def encode_sorted(texts: list[str]) -> np.ndarray:
     return out
 
 
-def digest(texts: list[str]) -> str:
-    return hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:24]
-
-
-def load_manifest() -> dict[str, Any]:
-    if MANIFEST.exists():
-        return dict(json.loads(MANIFEST.read_text()))
-    return {"chunk": CHUNK, "chunks": {}}
-
-
 def save_manifest(manifest: dict[str, Any]) -> None:
     tmp = MANIFEST.with_suffix(".tmp")
     tmp.write_text(json.dumps(manifest, indent=1))
     os.replace(tmp, MANIFEST)
-
-
-def cached_chunk(manifest: dict[str, Any], i: int, texts: list[str]) -> np.ndarray | None:
-    entry = manifest["chunks"].get(str(i))
-    path = CACHE / f"chunk-{i:04d}.npy"
-    if entry and entry["hash"] == digest(texts) and entry["count"] == len(texts) and path.exists():
-        return np.load(path)
-    return None
 
 
 def encode_base(texts: list[str], encode: bool) -> np.ndarray:
