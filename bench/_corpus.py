@@ -1,4 +1,5 @@
-"""The texts and stored vectors of bench/search.py's and bench/pg_search.py's stores.
+"""The texts and stored vectors of bench/search.py's and bench/pg_search.py's stores and of
+bench/import.py's export files.
 
 Two kinds (``--vectors``):
 

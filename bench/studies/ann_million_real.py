@@ -69,7 +69,16 @@ sys.path.insert(0, str(BENCH / "studies"))
 import ann_candidates as cand  # noqa: E402
 
 import _harness as h  # noqa: E402
-from _corpus import CACHE, CHUNK, MANIFEST, cached_chunk, cached_texts, digest, load_manifest  # noqa: E402
+from _corpus import (  # noqa: E402
+    CACHE,
+    CHUNK,
+    MANIFEST,
+    cached_chunk,
+    cached_texts,
+    cached_vectors,
+    digest,
+    load_manifest,
+)
 
 RESULTS = BENCH / "results" / "ann_million_real.json"
 BATCH = 128
@@ -155,6 +164,11 @@ def encode_base(texts: list[str], encode: bool) -> np.ndarray:
     """Vectors of ``texts`` by chunks of CHUNK from the cache, encoding missing chunks if ``encode``.
 
     Without ``encode`` it stops at the first chunk not cached (full chunks only)."""
+    if not encode:
+        cached = cached_vectors(texts)
+        if len(cached) < len(texts):
+            log(f"chunk {len(cached) // CHUNK} not cached: stopping at {len(cached):,} vectors")
+        return cached
     CACHE.mkdir(parents=True, exist_ok=True)
     manifest = load_manifest()
     parts: list[np.ndarray] = []
@@ -164,9 +178,6 @@ def encode_base(texts: list[str], encode: bool) -> np.ndarray:
         chunk = texts[lo:lo + CHUNK]
         vecs = cached_chunk(manifest, i, chunk)
         if vecs is None:
-            if not encode:
-                log(f"chunk {i} ({lo:,}-{lo + len(chunk):,}) not cached: stopping at {lo:,} vectors")
-                break
             t0 = time.perf_counter()
             vecs = encode_sorted(chunk)
             path = CACHE / f"chunk-{i:04d}.npy"

@@ -38,12 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _harness as h
 import pg_search as ps
 import search as sb
+from memoryd.store.postgres.vector_type import to_pg_text
 
 PROBE_INDEX = "study_range_hnsw"
-
-
-def literal(vec: np.ndarray) -> str:
-    return "[" + ",".join(f"{x:.7f}" for x in vec) + "]"
 
 
 def recall(conn: Any, vecs: list[np.ndarray], where: str, ef: int) -> dict[str, Any]:
@@ -53,7 +50,7 @@ def recall(conn: Any, vecs: list[np.ndarray], where: str, ef: int) -> dict[str, 
     conn.execute(f"SET hnsw.ef_search = {int(ef)}")
 
     def seqs(sql: str, vec: np.ndarray) -> list[int]:
-        return [int(r[0]) for r in conn.execute(sql, (literal(vec),))]
+        return [int(r[0]) for r in conn.execute(sql, (to_pg_text(vec.tobytes()),))]
 
     found, times = 0.0, []
     for vec in vecs:
@@ -121,7 +118,7 @@ def main() -> None:
                         where = f"WHERE memory_seq <= {int(args.range_rows)}"
                         plan = " ".join(r[0] for r in conn.execute(
                             f"EXPLAIN SELECT memory_seq FROM memory_vectors {where} "
-                            "ORDER BY vector <=> %s::vector LIMIT 10", (literal(vecs[0]),)))
+                            "ORDER BY vector <=> %s::vector LIMIT 10", (to_pg_text(vecs[0].tobytes()),)))
                         if PROBE_INDEX not in plan:
                             raise SystemExit(f"the range search does not use the partial index: "
                                              f"{plan[:300]}")
