@@ -526,7 +526,7 @@ def start_daemon(root: Path, data_dir: Path, label: str) -> h.Daemon:
     daemon.start()
     warm = time.perf_counter()
     wait_vector_leg(daemon)
-    # The HNSW graphs (store/sqlite/ann_set.py) are built or loaded on a thread after start;
+    # The HNSW graphs (store/annindex/index_set.py) are built or loaded on a thread after start;
     # until they are ready the vector leg scans exactly. Measure once they are.
     while True:
         vi = daemon.call("daemon.status").get("vector_index")

@@ -3,7 +3,7 @@
 bench/search.py and bench/import.py write random unit vectors, and the
 daemon's graphs took far longer to build from them at M 32 than at M 16. This
 study builds hnswlib graphs with the daemon's ef_construction
-(store/sqlite/ann.py) on one thread from the same number of real
+(store/annindex/graph.py) on one thread from the same number of real
 all-MiniLM-L6-v2 vectors (those bench/studies/ann_candidates.py cached) and
 of random unit vectors, at M 16 and the daemon's M, and prints the CPU
 seconds of each build.
@@ -22,7 +22,7 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 
-from memoryd.store.sqlite.ann import EF_CONSTRUCTION, M
+from memoryd.store.annindex.graph import EF_CONSTRUCTION, M
 
 BENCH = Path(__file__).resolve().parents[1]
 

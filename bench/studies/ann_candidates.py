@@ -1,7 +1,7 @@
 """ANN candidates side by side on real all-MiniLM-L6-v2 vectors (issue 21, item 1): a study.
 
 Run by hand, not by CI. It backs (or challenges) the choice made in
-src/memoryd/store/sqlite/ann.py (hnswlib 0.8, M=32, ef_construction=200,
+src/memoryd/store/annindex/graph.py (hnswlib 0.8, M=32, ef_construction=200,
 search ef=512) by measuring, on the same vectors and queries:
 
 * hnswlib through memoryd's own ``OwnerIndex`` (exactly what the daemon runs:
@@ -78,14 +78,14 @@ REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 import _harness as h  # noqa: E402
-from memoryd.store.sqlite import ann as daemon_ann  # noqa: E402
+from memoryd.store.annindex import graph as daemon_ann  # noqa: E402
 
 CACHE = BENCH / "results" / "ann_study_cache"
 RESULTS = BENCH / "results" / "ann_candidates.json"
 CONVERSATIONS = REPO / "tests" / "data" / "conversations"
 CHUNK = 5000
 DIM = 384
-#: The daemon's graph degree and build beam (store/sqlite/ann.py), unless --m/--ef-construction.
+#: The daemon's graph degree and build beam (store/annindex/graph.py), unless --m/--ef-construction.
 M = daemon_ann.M
 EF_CONSTRUCTION = daemon_ann.EF_CONSTRUCTION
 FILTERS = (0.5, 0.05)
@@ -237,9 +237,9 @@ class Hnswlib(Candidate):
     def build(self, vectors: np.ndarray, threads: int) -> None:
         import hnswlib
 
-        from memoryd.store.sqlite import ann
-        from memoryd.store.sqlite.ann import OwnerIndex
-        from memoryd.store.sqlite.ann_set import BUILD_CHUNK
+        from memoryd.store.annindex.graph import OwnerIndex
+        from memoryd.store.annindex.index_set import BUILD_CHUNK
+        from memoryd.store.annindex import graph as ann
 
         index = None
         if (M, EF_CONSTRUCTION) != (ann.M, ann.EF_CONSTRUCTION):  # --m/--ef-construction: not the daemon's

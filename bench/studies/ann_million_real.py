@@ -248,9 +248,9 @@ def build_graph(base: np.ndarray, threads: int, part_rows: int) -> tuple[Any, di
     """The daemon's graphs of one owner holding every row, added as AnnSet.build adds
     (BUILD_CHUNK labels a call): OwnerGraphs in parts of ``part_rows``, or with ``part_rows`` 0
     one OwnerIndex (the daemon before parts)."""
-    from memoryd.store.sqlite.ann import OwnerIndex
-    from memoryd.store.sqlite.ann_parts import OwnerGraphs
-    from memoryd.store.sqlite.ann_set import BUILD_CHUNK
+    from memoryd.store.annindex.graph import OwnerIndex
+    from memoryd.store.annindex.index_set import BUILD_CHUNK
+    from memoryd.store.annindex.parts import OwnerGraphs
 
     gc.collect()
     before = rss()
@@ -329,20 +329,20 @@ def ms(times: list[float], q: float) -> float:
 
 def daemon_ef() -> int:
     """The daemon's search ef: AnnSet's default ``ef``."""
-    from memoryd.store.sqlite.ann_set import AnnSet
+    from memoryd.store.annindex.index_set import AnnSet
 
     return int(inspect.signature(AnnSet.__init__).parameters["ef"].default)
 
 
 def daemon_part_rows() -> int:
     """The daemon's graph size: AnnSet's default ``part_rows``."""
-    from memoryd.store.sqlite.ann_set import AnnSet
+    from memoryd.store.annindex.index_set import AnnSet
 
     return int(inspect.signature(AnnSet.__init__).parameters["part_rows"].default)
 
 
 def measure(base: np.ndarray, queries: np.ndarray, args: argparse.Namespace) -> dict[str, Any]:
-    from memoryd.store.sqlite import ann
+    from memoryd.store.annindex import graph as ann
 
     n = len(base)
     if args.queries:

@@ -107,16 +107,18 @@ class Config:
     idempotency_ttl_s: float = _key(172800.0, "How long idempotency keys are remembered (at least 24 h).")
     embed_batch_size: int = _key(1024, "Memories claimed per embed-pass batch (encoded sorted by length).")
     embed_encode_batch: int = _key(64, "Texts per model forward pass (a claimed batch is sorted by length).")
-    vector_index: bool = _key(True, "SQLite: keep an HNSW graph beside the store for each owner with "
-                              "vector_index_min_rows vectors or more (false: exact scans only).")
+    vector_index: bool = _key(True, "Keep HNSW graphs beside the store (in the data directory) for each "
+                              "owner with vector_index_min_rows vectors or more (false: the store's own "
+                              "vector search only: SQLite's exact scan, pgvector's one HNSW index).")
     vector_index_min_rows: int = _key(20000, "An owner's vectors at which its graph is built (below it the "
                                       "exact scan costs a few ms).")
     vector_index_ef: int = _key(512, "HNSW search beam: higher finds more of the exact top-k, slower.")
     vector_index_part_rows: int = _key(100000, "Vectors per HNSW graph: a larger owner's rows are split by "
                                        "age into graphs of this size, searched side by side (one graph "
                                        "finds less of the exact top-k as it grows).")
-    vector_index_split_ef: int = _key(1024, "HNSW search beam for each graph of an owner split into "
-                                      "several (vector_index_ef for the rest, and for searches by kind).")
+    vector_index_split_ef: int = _key(1024, "HNSW search beam for each graph holding more than half of "
+                                      "vector_index_part_rows vectors (vector_index_ef for smaller graphs, "
+                                      "and for searches by kind).")
     lexical_index: bool = _key(True, "Once the store holds lexical_index_min_rows active memories, keep a "
                                "tantivy index of their words beside it (false: the store's full-text "
                                "search only, FTS5 or PostgreSQL's tsvector).")

@@ -1,4 +1,5 @@
-"""A migrated SQLite store filled through memoryd's own vector path, for the ANN tests."""
+"""A migrated store (SQLite, or PostgreSQL given its URL) filled through memoryd's own vector path,
+for the ANN tests."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from memoryd.store import migrate, vectors
 from memoryd.store.engine import create_store_engine
 from memoryd.store.ids import new_memory_id
 from memoryd.store.schema import memories
-from memoryd.store.sqlite.ann_set import ensure_log
+from memoryd.store.annindex.index_set import source_for
 
 DIM = 384
 
@@ -27,18 +28,18 @@ def clustered(n: int, seed: int, centres: int = 64) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def make_store(path: Path, owners: dict[str, int], seed: int = 1, kinds: tuple[str, ...] = ("fact",),
+def make_store(path: Path | str, owners: dict[str, int], seed: int = 1, kinds: tuple[str, ...] = ("fact",),
                ) -> tuple[Engine, dict[str, list[int]], np.ndarray]:
     """A store with ``owners[scope:owner]`` rows each, every row embedded; returns the engine,
-    each owner's seqs, and the vectors in seq order."""
-    engine = create_store_engine(f"sqlite:///{path}")
+    each owner's seqs, and the vectors in seq order. ``path``: a SQLite file, or a database URL."""
+    engine = create_store_engine(path if isinstance(path, str) else f"sqlite:///{path}")
     migrate.upgrade(engine)
     stamp = to_rfc3339(utcnow())
     seqs: dict[str, list[int]] = {}
     total = sum(owners.values())
     vecs = clustered(total, seed)
     with engine.begin() as conn:
-        ensure_log(conn)
+        source_for(engine).log.ensure(conn)
         i = 0
         for key, n in owners.items():
             scope, owner = key.split(":", 1)

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from memoryd.privatefs import make_dirs
-from memoryd.store.sqlite.ann import OwnerIndex
+from memoryd.store.annindex.graph import OwnerIndex
 from tests.ann._store import DIM, make_store
 from tests.search._daemon import DaemonFolder, SearchDaemon
 

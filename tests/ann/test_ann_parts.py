@@ -1,4 +1,4 @@
-"""A large owner's rows split into HNSW graphs of bounded size (store/sqlite/ann_parts.py): each
+"""A large owner's rows split into HNSW graphs of bounded size (store/annindex/parts.py): each
 row in the one part its seq names, new parts only at the top, searches merging every part, and
 the parts saved, reloaded, caught up and erased as one owner's graph was."""
 
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, text
 
-from memoryd.store.sqlite import ann_set
-from memoryd.store.sqlite.ann import OwnerIndex
-from memoryd.store.sqlite.ann_parts import OwnerGraphs
-from memoryd.store.sqlite.ann_set import AnnSet
+from memoryd.store.annindex import index_set as ann_set
+from memoryd.store.annindex.graph import OwnerIndex
+from memoryd.store.annindex.index_set import AnnSet
+from memoryd.store.annindex.parts import OwnerGraphs
 from tests.ann._store import DIM, clustered, make_store
 from tests.ann.test_ann_set import approx, exact, index_bytes, seq_list
 
@@ -219,25 +219,30 @@ def test_a_format_2_set_is_loaded_as_one_part_an_owner(store) -> None:
     assert json.loads(path.read_text())["format"] == 2  # nothing changed, nothing saved
 
 
-def test_a_split_owner_is_searched_at_split_ef_unless_a_kind_filters(store,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each part of a split owner at vector_index_split_ef (one graph of 100,000 finds 0.92 of
-    the exact top 10 at ef 512 on crowded real vectors), the others and kind searches at ef."""
+def test_a_graph_past_half_a_part_is_searched_at_split_ef_unless_a_kind_filters(
+        store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph holding more than part_rows / 2 vectors at vector_index_split_ef (one graph of
+    100,000 finds 0.92 of the exact top 10 at ef 512 on crowded real vectors, 50,000 find
+    0.97), whether it is a full part of a split owner or a whole owner's graph; a smaller
+    graph, and any graph in a search by kind, at ef."""
     engine, _, vecs, directory = store
     ann = AnnSet(engine, directory, min_rows=MIN_ROWS, save_every=10**9, part_rows=4000, ef=64, split_ef=96)
     ann.open()
     ids = owner_ids(engine)
-    assert (len(ann.indexes[ids[BIG]].parts), len(ann.indexes[ids[OTHER]].parts)) == (2, 1)
-    seen: list[tuple[int, int]] = []
+    big, other = ann.indexes[ids[BIG]], ann.indexes[ids[OTHER]]
+    # BIG's 6,000 rows: a full part of 4,000 and one of 2,000 (not past half); OTHER's 3,000 in one.
+    assert [int(p.index.element_count) for p in big.parts] == [4000, 2000]
+    assert [int(p.index.element_count) for p in other.parts] == [3000]
+    seen: list[tuple[int, int, int]] = []
     search = OwnerIndex.search
 
     def recording(self: OwnerIndex, query: np.ndarray, k: int, ef: int, allowed):  # type: ignore[no-untyped-def]
-        seen.append((self.owner_id, ef))
+        seen.append((self.owner_id, int(self.index.element_count), ef))
         return search(self, query, k, ef, allowed)
 
     monkeypatch.setattr(OwnerIndex, "search", recording)
     approx(engine, ann, vecs[0], 10, [BIG, OTHER])
-    assert sorted(seen) == sorted([(ids[BIG], 96), (ids[BIG], 96), (ids[OTHER], 64)])
+    assert sorted(seen) == sorted([(ids[BIG], 4000, 96), (ids[BIG], 2000, 64), (ids[OTHER], 3000, 96)])
     seen.clear()
     approx(engine, ann, vecs[0], 10, [BIG, OTHER], kind="decision")
-    assert sorted(seen) == sorted([(ids[BIG], 64), (ids[BIG], 64), (ids[OTHER], 64)])
+    assert sorted(seen) == sorted([(ids[BIG], 4000, 64), (ids[BIG], 2000, 64), (ids[OTHER], 3000, 64)])

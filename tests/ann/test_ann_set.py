@@ -1,4 +1,4 @@
-"""The HNSW graphs beside a SQLite store (store/sqlite/ann_set.py): scope inside, in step with
+"""The HNSW graphs beside a SQLite store (store/annindex/index_set.py): scope inside, in step with
 the store through its log, erased on forget, and rebuilt or caught up after a crash."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import Engine, text
 
 from memoryd.store import vectors
-from memoryd.store.sqlite import ann_set
+from memoryd.store.annindex import index_set as ann_set
+from memoryd.store.annindex.index_set import AnnSet
 from memoryd.store.sqlite import vectors as sqlite_vectors
-from memoryd.store.sqlite.ann_set import AnnSet
 from tests.ann._store import DIM, clustered, make_store
 
 BIG = "agent:big"
@@ -172,7 +172,7 @@ def test_the_log_is_trimmed_to_what_the_files_hold(store) -> None:
     ann = opened(engine, directory)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM vector_index_log")).scalar_one() == 0
-    assert ann.saved_log_id == ann.applied
+    assert ann.saved == ann.applied
 
 
 def test_a_new_dimension_discards_the_saved_graphs(store) -> None:
@@ -191,7 +191,7 @@ def test_searches_beside_a_growing_graph_never_see_a_resize_under_them() -> None
     import threading
     import time
 
-    from memoryd.store.sqlite.ann import OwnerIndex
+    from memoryd.store.annindex.graph import OwnerIndex
 
     vecs = clustered(3000, seed=5)
     graph = OwnerIndex(1, DIM)
@@ -252,7 +252,7 @@ def test_opening_the_graphs_never_holds_the_write_lock(store, monkeypatch: pytes
 def test_a_build_stops_between_chunks_when_the_daemon_stops(store, monkeypatch: pytest.MonkeyPatch) -> None:
     """Shutdown does not wait for a million-vector build: it stops after the chunk in flight,
     installs nothing, and the next start builds the graph again."""
-    from memoryd.store.sqlite import ann_set as module
+    from memoryd.store.annindex import index_set as module
 
     engine, _, _, directory = store
     monkeypatch.setattr(module, "BUILD_CHUNK", 500)
@@ -299,7 +299,7 @@ def test_catching_up_inserts_in_groups_not_one_call_per_vector(store,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """130 rows moved into a graph's owner are inserted in 3 calls (64, 64, 2): one call a
     vector caught up at 120-250 vectors/s during an import."""
-    from memoryd.store.sqlite import ann_set as module
+    from memoryd.store.annindex import index_set as module
 
     engine, seqs, _, directory = store
     ann = opened(engine, directory)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -164,7 +165,7 @@ def copy_cmd(source_url: str, target_url: str, batch_size: int, as_json: bool) -
 def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) -> None:
     """Rebuild the search indexes from the store alone (this data directory's daemon must be stopped).
 
-    On SQLite, the HNSW graphs (``<data dir>/index/vectors/``) are a cache of the store's
+    The HNSW graphs (``<data dir>/index/vectors/``) are a cache of the store's
     vectors: this drops them and builds them for every owner with at least
     ``vector_index_min_rows`` vectors (split into graphs of
     ``vector_index_part_rows``), as the daemon does at start when they are
@@ -174,10 +175,11 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
     restoring the database from a backup, or to split a graph saved before
     graphs were split.
 
-    On PostgreSQL, the HNSW index in the database is built again with the
-    current parameters (``REINDEX ... CONCURRENTLY``: other daemons on the
-    database keep searching and writing meanwhile), and this daemon's lexical
-    index is dropped and built again as on SQLite (each daemon keeps its own).
+    On PostgreSQL, the HNSW index in the database is also built again with
+    the current parameters (``REINDEX ... CONCURRENTLY``: other daemons on the
+    database keep searching and writing meanwhile); this daemon's graphs and
+    lexical index are dropped and built again as on SQLite (each daemon keeps
+    its own).
     Use it once after an upgrade that changed the HNSW parameters on a store
     of more than 50,000 vectors.
 
@@ -186,14 +188,11 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
       systemctl --user stop memoryd.socket memoryd.service   # or end `memoryd run`
       memoryd store reindex
     """
-    import shutil
-
     from memoryd.config import load_config
     from memoryd.datadir_lock import DataDirLock
     from memoryd.log import configure_logging
     from memoryd.store import migrate
     from memoryd.store.engine import create_store_engine, is_sqlite
-    from memoryd.store.sqlite.ann_set import AnnSet, ensure_log
 
     configure_logging("warning" if as_json else "info")  # on stderr: stdout is the summary
     try:
@@ -213,34 +212,50 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
             if not is_sqlite(engine):
                 _reindex_postgres(cfg, engine, as_json)
                 return
-            directory = cfg.resolved_data_dir() / "index" / "vectors"
-            shutil.rmtree(directory, ignore_errors=True)
-            if not as_json:
-                click.echo(f"building the graphs of owners with {cfg.vector_index_min_rows}+ vectors...",
-                           err=True)
-            t0 = time.perf_counter()
-            ann = AnnSet(engine, directory, min_rows=cfg.vector_index_min_rows, ef=cfg.vector_index_ef,
-                         part_rows=cfg.vector_index_part_rows, split_ef=cfg.vector_index_split_ef)
-            with engine.begin() as conn:
-                ensure_log(conn)
-            ann.open()
-            seconds = time.perf_counter() - t0
-            lexical = _reindex_lexical(cfg, engine, as_json)
+            summary = _reindex_graphs(cfg, engine, as_json)
+            summary["lexical"] = lexical = _reindex_lexical(cfg, engine, as_json)
         finally:
             engine.dispose()
     finally:
         lock.release()
-    summary = {"graphs": len(ann.indexes), "parts": sum(len(g.parts) for g in ann.indexes.values()),
-               "vectors_in_graphs": sum(g.count() for g in ann.indexes.values()),
-               "vectors": ann.counts.total(), "seconds": round(seconds, 1),
-               "directory": str(directory), "lexical": lexical}
     if as_json:
         click.echo(json.dumps(summary))
         return
+    _echo_graphs(summary)
+    _echo_lexical(lexical)
+
+
+def _reindex_graphs(cfg: Any, engine: Any, as_json: bool) -> dict[str, Any]:
+    """Drop this data directory's HNSW graphs and build them again (with ``vector_index`` off:
+    drop them, and the change log nobody else reads)."""
+    from memoryd.store.annindex.index_set import AnnSet, drop_unread_log
+
+    directory = cfg.resolved_data_dir() / "index" / "vectors"
+    shutil.rmtree(directory, ignore_errors=True)
+    out: dict[str, Any] = {"graphs": 0, "parts": 0, "vectors_in_graphs": 0, "directory": str(directory)}
+    if not cfg.vector_index:
+        drop_unread_log(engine)
+        return {**out, "vectors": None, "seconds": 0.0,
+                "reason": "vector_index is off (the store's own vector search answers every search)"}
+    if not as_json:
+        click.echo(f"building the graphs of owners with {cfg.vector_index_min_rows}+ vectors...", err=True)
+    t0 = time.perf_counter()
+    ann = AnnSet(engine, directory, min_rows=cfg.vector_index_min_rows, ef=cfg.vector_index_ef,
+                 part_rows=cfg.vector_index_part_rows, split_ef=cfg.vector_index_split_ef)
+    ann.ensure_log()
+    ann.open()
+    return {**out, "graphs": len(ann.indexes), "parts": sum(len(g.parts) for g in ann.indexes.values()),
+            "vectors_in_graphs": sum(g.count() for g in ann.indexes.values()),
+            "vectors": ann.counts.total(), "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _echo_graphs(summary: dict[str, Any]) -> None:
+    if "reason" in summary:
+        click.echo(f"HNSW graphs: not built: {summary['reason']}")
+        return
     click.echo(f"built {summary['parts']} graph(s) for {summary['graphs']} owner(s), holding "
                f"{summary['vectors_in_graphs']} of {summary['vectors']} vectors in {summary['seconds']} s "
-               f"({directory})")
-    _echo_lexical(lexical)
+               f"({summary['directory']})")
 
 
 def _echo_lexical(lexical: dict[str, Any]) -> None:
@@ -252,8 +267,8 @@ def _echo_lexical(lexical: dict[str, Any]) -> None:
 
 
 def _reindex_postgres(cfg: Any, engine: Any, as_json: bool) -> None:
-    """REINDEX the HNSW index of a PostgreSQL store, rebuild this daemon's lexical index beside
-    it, and print what was done."""
+    """REINDEX the HNSW index of a PostgreSQL store, rebuild this daemon's HNSW graphs and lexical
+    index beside it, and print what was done."""
     from memoryd.store.backends import backend_for
     from memoryd.store.postgres.vectors import HNSW_INDEX
     from memoryd.store.vectors import stored_count
@@ -265,13 +280,15 @@ def _reindex_postgres(cfg: Any, engine: Any, as_json: bool) -> None:
                    err=True)
     t0 = time.perf_counter()
     backend_for(engine).reindex_vectors(engine)
-    summary = {"backend": "postgresql", "index": HNSW_INDEX, "vectors": vectors,
-               "seconds": round(time.perf_counter() - t0, 1)}
+    summary: dict[str, Any] = {"backend": "postgresql", "index": HNSW_INDEX, "vectors": vectors,
+                               "seconds": round(time.perf_counter() - t0, 1)}
+    summary["graphs"] = graphs = _reindex_graphs(cfg, engine, as_json)
     summary["lexical"] = lexical = _reindex_lexical(cfg, engine, as_json)
     if as_json:
         click.echo(json.dumps(summary))
         return
     click.echo(f"built the HNSW index ({summary['index']}) of {vectors} vectors in {summary['seconds']} s")
+    _echo_graphs(graphs)
     _echo_lexical(lexical)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
 import signal
 import time
 from datetime import UTC, datetime
@@ -37,13 +38,13 @@ from memoryd.service.handlers import Dispatcher
 from memoryd.service.server import SocketServer
 from memoryd.store import audit, migrate
 from memoryd.store import memories as mem
+from memoryd.store.annindex.index_set import AnnSet
 from memoryd.store.backend import Stoppable
 from memoryd.store.backends import backend_for
 from memoryd.store.engine import is_sqlite, read_only
 from memoryd.store.lexindex.index_set import LexSet, drop_unread_log
 from memoryd.store.memories import WriteContext
 from memoryd.store.opening import daemon_engine
-from memoryd.store.sqlite.ann_set import AnnSet
 
 log = structlog.get_logger(__name__)
 
@@ -172,13 +173,19 @@ class Daemon:
         return engine
 
     def _open_vector_index(self, engine: Engine) -> None:
-        """SQLite: the HNSW graphs beside the store (store/sqlite/ann_set.py), opened or built on a
-        thread of their own; vector searches scan exactly until they are ready."""
-        if not is_sqlite(engine) or not self.cfg.vector_index:
-            return
-        from memoryd.store.sqlite import ann_set
+        """The HNSW graphs beside the store (store/annindex/index_set.py), opened or built on a
+        thread of their own; vector searches use the store's own search until they are ready
+        (SQLite's exact scan, pgvector's index). With ``vector_index`` off, the change log is
+        dropped (nothing would read it) unless other daemons on a PostgreSQL store read it, and
+        the graphs' files are removed (erasures are no longer logged for them)."""
+        from memoryd.store.annindex import index_set as ann_set
 
-        self.ann = ann_set.AnnSet(engine, self.data_dir / "index" / "vectors",
+        directory = self.data_dir / "index" / "vectors"
+        if not self.cfg.vector_index:
+            ann_set.drop_unread_log(engine)
+            shutil.rmtree(directory, ignore_errors=True)
+            return
+        self.ann = ann_set.AnnSet(engine, directory,
                                   min_rows=self.cfg.vector_index_min_rows, ef=self.cfg.vector_index_ef,
                                   part_rows=self.cfg.vector_index_part_rows,
                                   split_ef=self.cfg.vector_index_split_ef)

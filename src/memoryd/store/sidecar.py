@@ -1,5 +1,5 @@
 """What the indexes beside the store of record share (the HNSW graphs beside a SQLite store,
-store/sqlite/ann_set.py, and the lexical shards beside either backend, store/lexindex/): the
+store/annindex/index_set.py, and the lexical shards beside either backend, store/lexindex/): the
 thread that keeps one in step, the registry that tells a search which one serves its engine, the
 manifest read and written atomically, and the trim of a change log, which must never fail an
 index because the store's writer is busy."""

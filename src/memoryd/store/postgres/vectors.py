@@ -22,6 +22,7 @@ import numpy as np
 from sqlalchemy import ColumnElement, Connection, Float, and_, bindparam, select, tuple_
 from sqlalchemy.dialects import postgresql
 
+from memoryd.store.annindex import index_set as ann_set
 from memoryd.store.postgres.vector_type import VectorBytes
 from memoryd.store.schema import memories, memory_vectors
 
@@ -78,19 +79,47 @@ def _statement(pairs: Sequence[tuple[str, str]], statuses: Sequence[str], kind: 
 
 def knn(conn: Connection, query: np.ndarray, *, k: int, scope_keys: Sequence[str],
         statuses: Sequence[str], kind: str | None) -> list[tuple[int, float]]:
-    """The ``k`` nearest visible vectors, nearest first (see the module docstring)."""
+    """The ``k`` nearest visible vectors, nearest first. A daemon keeps HNSW graphs of bounded
+    size for its large owners (store/annindex/index_set.py); they answer for those owners, an
+    exact scan for the rest, and pgvector's index (:func:`pgvector_knn`) until they are ready."""
+    keys = list(dict.fromkeys(scope_keys))
+    if not keys or k <= 0:
+        return []
+    ann = ann_set.attached(conn.engine)
+    if ann is None:
+        return pgvector_knn(conn, query, k=k, scope_keys=keys, statuses=statuses, kind=kind)
+
+    def exact(some_keys: Sequence[str], n: int) -> list[tuple[int, float]]:
+        return _run(conn, query, min(n, MAX_KNN), some_keys, statuses, kind, exact=True)
+
+    def fallback(some_keys: Sequence[str], n: int) -> list[tuple[int, float]]:
+        return pgvector_knn(conn, query, k=n, scope_keys=some_keys, statuses=statuses, kind=kind)
+
+    return ann.knn(conn, query, k=k, scope_keys=keys, statuses=statuses, kind=kind, exact=exact,
+                   fallback=fallback)
+
+
+def _run(conn: Connection, query: np.ndarray, k: int, scope_keys: Sequence[str], statuses: Sequence[str],
+         kind: str | None, *, exact: bool) -> list[tuple[int, float]]:
+    pairs = [(key.split(":", 1)[0], key.split(":", 1)[1]) for key in dict.fromkeys(scope_keys)]
+    params = {"query": np.asarray(query, dtype="<f4").tobytes(), "k": k}
+    return [(int(s), float(d)) for s, d in conn.execute(_statement(pairs, statuses, kind, exact), params)]
+
+
+def pgvector_knn(conn: Connection, query: np.ndarray, *, k: int, scope_keys: Sequence[str],
+                 statuses: Sequence[str], kind: str | None) -> list[tuple[int, float]]:
+    """The ``k`` nearest visible vectors by pgvector's HNSW index, nearest first (see the module
+    docstring)."""
     pairs = [(key.split(":", 1)[0], key.split(":", 1)[1]) for key in dict.fromkeys(scope_keys)]
     if not pairs or k <= 0:
         return []
     k = min(k, MAX_KNN)
-    blob = np.asarray(query, dtype="<f4").tobytes()
     # SET LOCAL: for this transaction only (a search's read transaction, or a pass's).
     conn.exec_driver_sql("SET LOCAL hnsw.iterative_scan = relaxed_order")
     conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {max(MIN_EF_SEARCH, min(k, MAX_EF_SEARCH))}")
-    params = {"query": blob, "k": k}
-    hits = [(int(s), float(d)) for s, d in conn.execute(_statement(pairs, statuses, kind, False), params)]
+    hits = _run(conn, query, k, scope_keys, statuses, kind, exact=False)
     if len(hits) < k:
-        hits = [(int(s), float(d)) for s, d in conn.execute(_statement(pairs, statuses, kind, True), params)]
+        hits = _run(conn, query, k, scope_keys, statuses, kind, exact=True)
     # relaxed_order may return a few rows out of order.
     hits.sort(key=lambda h: h[1])
     return hits

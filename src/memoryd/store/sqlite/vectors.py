@@ -32,8 +32,8 @@ import numpy as np
 import structlog
 from sqlalchemy import Connection, Engine, insert, text
 
+from memoryd.store.annindex import index_set as ann_set
 from memoryd.store.schema import memory_vectors
-from memoryd.store.sqlite import ann_set
 
 log = structlog.get_logger(__name__)
 
@@ -108,7 +108,7 @@ def knn(conn: Connection, query: np.ndarray, *, k: int, scope_keys: Sequence[str
         sql, params = knn_query(query, k=min(n, MAX_KNN), scope_keys=some_keys, statuses=statuses, kind=kind)
         return [(int(seq), float(d)) for seq, d in conn.exec_driver_sql(sql, params).all()]
 
-    # A daemon keeps HNSW graphs for its large owners (store/sqlite/ann_set.py); they answer
+    # A daemon keeps HNSW graphs for its large owners (store/annindex/index_set.py); they answer
     # for those owners and this scan for the rest.
     ann = ann_set.attached(conn.engine)
     if ann is not None:

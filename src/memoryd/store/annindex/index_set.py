@@ -1,10 +1,14 @@
-"""The ANN indexes beside a SQLite store: one HNSW graph per large owner, kept in step by a log.
+"""The ANN indexes beside a store: one HNSW graph per large owner, kept in step by a log.
 
-The store of record is the database: ``memory_vec`` (sqlite-vec) holds every
-vector, and exact KNN over it answers any search. At a million memories that
-scan costs 270 ms, so an owner (a ``vector_owners`` id: one scope and owner
-pair) with at least ``min_rows`` vectors also gets an HNSW graph
-(store/sqlite/ann.py). A search asks each visible large owner's graph for its
+The store of record is the database: it holds every vector (sqlite-vec's
+``memory_vec``, or pgvector's ``memory_vectors``), and exact KNN over it answers
+any search. At a million memories that scan costs 270 ms on SQLite, and
+pgvector's one HNSW index over every row finds 0.37 of the exact top 10 of real
+sentence vectors, so an owner (one scope and owner pair) with at least
+``min_rows`` vectors also gets HNSW graphs (store/annindex/graph.py), split into
+parts of at most ``part_rows`` (parts.py). What the graphs read from the store
+(the change log, the rows, the owners' ids) each backend gives in its own way
+(source.py). A search asks each visible large owner's graph for its
 nearest rows (a graph holds only its owner's active rows; a kind is applied
 inside the graph walk), and the
 small owners' rows exactly, as before; the lists are merged by distance. Owner
@@ -16,10 +20,11 @@ The four rules of DESIGN.md's "Indexes beside the store of record":
 * **Rebuildable.** The graphs are files under ``<data dir>/index/vectors/``,
   named in ``manifest.json``; deleting the folder (or ``memoryd store
   reindex``) rebuilds them from the store.
-* **Crash-consistent.** Triggers (:data:`LOG_DDL`) append the ``seq`` of every
-  memory whose vector, status, kind or owner changes to ``vector_index_log``,
-  in the writer's transaction. The manifest records the last log id its files
-  hold; at start the daemon applies the log from there, making the graph match
+* **Crash-consistent.** Triggers append the ``seq`` of every memory whose
+  vector, status, kind or owner changes to ``vector_index_log``, in the
+  writer's transaction (store/sqlite/ann_log.py, store/postgres/ann_log.py).
+  The manifest records the log position its files hold; at start the daemon
+  applies the log from there, making the graph match
   the store for each named memory (applying one twice changes nothing). Files
   are written under a new generation name and the manifest is replaced
   atomically after them, so a kill -9 at any point leaves the previous
@@ -35,14 +40,16 @@ The four rules of DESIGN.md's "Indexes beside the store of record":
   that finds fewer rows than asked (a rare kind) hands that owner to the
   exact scan.
 
-PostgreSQL needs none of this: pgvector's HNSW index lives in the database.
+On PostgreSQL every daemon keeps graphs of its own, as it keeps its own lexical
+shards, and the store's own search (pgvector's HNSW index) answers until they
+are ready.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -52,32 +59,20 @@ import structlog
 from sqlalchemy import Connection, Engine
 
 from memoryd.privatefs import make_dirs
-from memoryd.store.engine import read_only
-from memoryd.store.sidecar import IndexThread, Registry, read_manifest, trim_log, write_json
-from memoryd.store.sqlite.ann import MIN_CAPACITY, OwnerIndex
-from memoryd.store.sqlite.ann_parts import PART_ROWS, SPLIT_EF, OwnerGraphs, search_side_by_side
+from memoryd.store.annindex.graph import MIN_CAPACITY, OwnerIndex
+from memoryd.store.annindex.parts import PART_ROWS, SPLIT_EF, OwnerGraphs, search_side_by_side
+from memoryd.store.annindex.source import VectorSource
+from memoryd.store.engine import is_sqlite, read_only
+from memoryd.store.lexindex.changelog import LogTrimmed, Position, distinct_seqs
+from memoryd.store.sidecar import IndexThread, Registry, read_manifest, write_json
 
 log = structlog.get_logger(__name__)
 
-#: 3: an owner's rows in parts of at most ``part_rows`` (store/sqlite/ann_parts.py). A format-2
+#: 3: an owner's rows in parts of at most ``part_rows`` (store/annindex/parts.py). A format-2
 #: set (one graph an owner, active rows only, ef_construction 200) is loaded as one part an owner;
 #: a format-1 set is rebuilt.
 FORMAT = 3
 READABLE_FORMATS = (2, 3)
-#: The daemon's log triggers, created at start (idempotent) on every SQLite store it opens.
-LOG_DDL = [
-    "CREATE TABLE IF NOT EXISTS vector_index_log (id INTEGER PRIMARY KEY AUTOINCREMENT, "
-    "memory_seq INTEGER NOT NULL)",
-    "CREATE TRIGGER IF NOT EXISTS vector_index_log_vi AFTER INSERT ON memory_vectors_meta BEGIN "
-    "INSERT INTO vector_index_log (memory_seq) VALUES (new.memory_seq); END",
-    "CREATE TRIGGER IF NOT EXISTS vector_index_log_vd AFTER DELETE ON memory_vectors_meta BEGIN "
-    "INSERT INTO vector_index_log (memory_seq) VALUES (old.memory_seq); END",
-    "CREATE TRIGGER IF NOT EXISTS vector_index_log_mu AFTER UPDATE OF status, kind, scope, owner "
-    "ON memories WHEN (new.status IS NOT old.status OR new.kind IS NOT old.kind "
-    "OR new.scope IS NOT old.scope OR new.owner IS NOT old.owner) "
-    "AND EXISTS (SELECT 1 FROM memory_vectors_meta WHERE memory_seq = new.seq) BEGIN "
-    "INSERT INTO vector_index_log (memory_seq) VALUES (new.seq); END",
-]
 #: Log entries read per step of a catch-up.
 LOG_PAGE = 2000
 #: The one status a graph holds (a search's default); rows of any other status are scanned
@@ -93,14 +88,23 @@ APPLY_GROUP = 64
 SCAN_CHUNK = 50_000
 #: Vectors added to a graph per call while building (each call releases the GIL).
 BUILD_CHUNK = 5000
+#: ``behind`` in the status counts log entries up to this many.
+BEHIND_CAP = 1_000_000
+#: Above every seq (the upper bound of a seq range that means "all of them").
+_NO_SEQ_ABOVE = 2**62
 
 Exact = Callable[[Sequence[str], int], list[tuple[int, float]]]
 
 
-def ensure_log(conn: Connection) -> None:
-    """Create the change log and its triggers if this store has none yet."""
-    for statement in LOG_DDL:
-        conn.exec_driver_sql(statement)
+def source_for(engine: Engine) -> VectorSource:
+    """The vectors and change log of ``engine``'s backend."""
+    if is_sqlite(engine):
+        from memoryd.store.sqlite.ann_log import SqliteVectors
+
+        return SqliteVectors()
+    from memoryd.store.postgres.ann_log import PostgresVectors
+
+    return PostgresVectors()
 
 
 class Codes:
@@ -154,15 +158,17 @@ class OwnerCounts:
 
 
 class AnnSet(IndexThread):
-    """Every large owner's graph for one SQLite store, and what keeps them in step with it."""
+    """Every large owner's graphs for one store, and what keeps them in step with it."""
 
     thread_name = "memoryd-ann"
 
     def __init__(self, engine: Engine, directory: Path, *, min_rows: int = 20000, ef: int = 512,
                  threads: int = 2, save_every: int = 20000, part_rows: int = PART_ROWS,
-                 split_ef: int = SPLIT_EF):
+                 split_ef: int = SPLIT_EF, source: VectorSource | None = None):
         super().__init__()
         self.engine = engine
+        self.source = source or source_for(engine)
+        self.log = self.source.log
         self.dir = directory
         self.min_rows = min_rows
         self.ef = ef
@@ -178,21 +184,31 @@ class AnnSet(IndexThread):
         self.kinds = Codes()
         self.dim: int | None = None
         self.model: str | None = None
-        self.applied = 0  # last log id applied to the arrays and every graph in ``indexes``
-        self.saved_log_id = 0  # what the manifest on disk holds
+        self.applied = Position()  # the log position the arrays and every graph in ``indexes`` hold
+        self.saved = Position()  # what the manifest on disk holds
+        #: Log entries applied since the last save.
+        self.unsaved = 0
+        #: This index's name among the daemons that read one PostgreSQL store's log.
+        self.reader = uuid.uuid4().hex
         self.generation = 0
         self.ready = threading.Event()
         self.build_seconds: dict[int, float] = {}
         #: Graphs the last open() loaded from files (the rest it built).
         self.loaded_graphs = 0
+        #: Set when the log was trimmed past ``applied``: the index thread builds every graph again.
+        self._reopen = False
         self.error: str | None = None
 
     # -- life --------------------------------------------------------------------------------
     def start(self) -> None:
         """Create the log (now, before any write) and open or build the graphs on a thread."""
-        with self.engine.begin() as conn:
-            ensure_log(conn)
+        self.ensure_log()
         super().start()
+
+    def ensure_log(self) -> None:
+        """Create the change log and its triggers if the store has none yet."""
+        with self.engine.begin() as conn:
+            self.log.ensure(conn)
 
     def _run(self) -> None:
         try:
@@ -201,8 +217,11 @@ class AnnSet(IndexThread):
                 self._wake.wait(timeout=1.0)
                 self._wake.clear()
                 self.catch_up()
+                if self._reopen:  # the log lost entries these graphs had not applied
+                    self._reopen = False
+                    self.open(fresh=True)
                 self._build_grown()
-                if self.applied - self.saved_log_id >= self.save_every:
+                if self.unsaved >= self.save_every:
                     self.save()
             self.catch_up()
             self.save()
@@ -212,21 +231,33 @@ class AnnSet(IndexThread):
             with self._lock:
                 self.indexes.clear()
 
-    def open(self) -> None:
-        """Load the saved graphs that still fit the store, scan the store's vectors, catch up,
-        and build the graphs of large owners that have none."""
+    def open(self, fresh: bool = False) -> None:
+        """Load the saved graphs that still fit the store (none when ``fresh``), scan the
+        store's vectors, catch up, and build the graphs of large owners that have none."""
         t0 = time.perf_counter()
         with read_only(self.engine) as conn:
-            self.dim, self.model = _settings(conn)
-            last = _last_log_id(conn)
+            self.dim, self.model = self.source.settings(conn)
+        manifest = None if fresh else self._read_manifest()
+        if manifest is not None and not self.source.restore(manifest):
+            manifest = None
+        if manifest is None:
+            self.source.restore(None)
+            since = self._start_reading()
+        else:
+            # This reader's saved position, seen again: other daemons' trims keep what follows it.
+            self.reader = str(manifest.get("reader") or self.reader)
+            since = _position_of(manifest)
+            self.log.register(self.engine, since, self.reader)
+        with read_only(self.engine) as conn:
             self._scan(conn)
-        manifest = self._read_manifest()
         loaded = self._load(manifest) if manifest is not None else {}
         n_loaded = self.loaded_graphs = len(loaded)
         with self._lock:
             self.indexes = loaded
-            self.applied = int(manifest["log_id"]) if loaded and manifest is not None else last
-            self.saved_log_id = self.applied if loaded else 0
+            # Graphs loaded from files stand where they were saved; the arrays were read after
+            # ``since``, and applying the entries after it again changes nothing.
+            self.applied = since
+            self.saved = self.applied if loaded else Position()
             if manifest is not None:
                 self.generation = int(manifest.get("generation", 0))
         self.catch_up()
@@ -236,6 +267,19 @@ class AnnSet(IndexThread):
         log.info("ann.open", ms=round((time.perf_counter() - t0) * 1000, 1), graphs=len(self.indexes),
                  vectors=self.counts.total(), loaded=n_loaded)
 
+    def _start_reading(self) -> Position:
+        """The log position a read of the store from now on starts at, recorded as this
+        reader's (on PostgreSQL, another daemon's trim then keeps the entries after it)."""
+        for _ in range(10):
+            with read_only(self.engine) as conn:
+                since = self.log.head(conn)
+            self.log.register(self.engine, since, self.reader)
+            with read_only(self.engine) as conn:
+                if self.log.holds(conn, since):
+                    return since
+            log.info("ann.log_trimmed_past_start", fix="starting from a newer position")
+        raise RuntimeError("the change log kept being trimmed past this index's start")
+
     # -- the log -----------------------------------------------------------------------------
     def catch_up(self) -> int:
         """Apply every log entry after ``applied``; return how many memories were looked at."""
@@ -243,15 +287,22 @@ class AnnSet(IndexThread):
         with self._lock:
             while True:
                 with read_only(self.engine) as conn:
-                    rows = conn.exec_driver_sql(
-                        "SELECT id, memory_seq FROM vector_index_log WHERE id > ? ORDER BY id LIMIT ?",
-                        (self.applied, LOG_PAGE)).all()
-                    if not rows:
+                    try:
+                        entries, position = self.log.read(conn, self.applied, LOG_PAGE)
+                    except LogTrimmed as exc:  # another daemon trimmed what this one had not applied
+                        log.warning("ann.log_trimmed", error=str(exc), fix="building the graphs again")
+                        self.indexes = {}  # searches use the store's own until they are built
+                        self._reopen = True
+                        self._wake.set()
                         return done
-                    seqs = list(dict.fromkeys(int(r[1]) for r in rows))
-                    self._apply(conn, seqs, self.indexes)
-                self.applied = int(rows[-1][0])
+                    seqs = distinct_seqs(entries)
+                    if seqs:
+                        self._apply(conn, seqs, self.indexes)
+                self.applied = position
+                self.unsaved += len(entries)
                 done += len(seqs)
+                if len(entries) < LOG_PAGE:
+                    return done
 
     def _apply(self, conn: Connection, seqs: Iterable[int], graphs: dict[int, OwnerGraphs]) -> None:
         """Make the arrays and ``graphs`` match the store for each memory in ``seqs``.
@@ -261,13 +312,13 @@ class AnnSet(IndexThread):
         older file or built from an older snapshot, gives the same result.
         """
         pending: dict[int, list[tuple[int, np.ndarray]]] = {}
+        seqs = list(seqs)
+        current = self.source.rows(conn, seqs)
         for seq in seqs:
-            row = conn.exec_driver_sql(
-                "SELECT owner_id, status, kind, embedding FROM memory_vec WHERE memory_seq = ?",
-                (seq,)).first()
-            owner = int(row[0]) if row is not None else -1
+            row = current.get(seq)
+            owner = row.owner if row is not None else -1
             # A graph holds its owner's active rows only: any other status leaves it.
-            home = owner if row is not None and row[1] == GRAPH_STATUS else -1
+            home = owner if row is not None and row.status == GRAPH_STATUS else -1
             for graph_owner, graph in graphs.items():
                 if graph_owner != home and graph.contains(seq):
                     graph.erase(seq)
@@ -281,10 +332,10 @@ class AnnSet(IndexThread):
                 self.owner_of[seq] = owner
             if row is None:
                 continue
-            self.kind_code[seq] = self.kinds.code(row[2])
+            self.kind_code[seq] = self.kinds.code(row.kind)
             target = graphs.get(home)
             if target is not None:
-                vec = np.frombuffer(row[3], dtype="<f4")
+                vec = row.vector
                 if not target.contains(seq) or not _same(target, seq, vec):
                     pending.setdefault(home, []).append((seq, vec))
         # Inserts go in groups, on the build's threads: one at a time cost a call and a lock each,
@@ -303,30 +354,25 @@ class AnnSet(IndexThread):
         self.kind_code = _resized(self.kind_code, size, 0)
 
     def _scan(self, conn: Connection) -> None:
-        """Every stored vector's owner and kind (from the tables, not the vec0 scan),
-        read in chunks into the arrays (a million rows never sit in Python lists)."""
-        top = conn.exec_driver_sql("SELECT max(memory_seq) FROM memory_vectors_meta").scalar()
+        """Every stored vector's owner and kind, read in chunks into the arrays (a million rows
+        never sit in Python lists)."""
         self.owner_of = np.full(0, -1, dtype=np.int32)
         self.kind_code = np.zeros(0, dtype=np.uint8)
-        self._grow(int(top or 0))
+        self._grow(self.source.top_seq(conn))
         self.counts = OwnerCounts()
-        result = conn.exec_driver_sql(
-            "SELECT mm.memory_seq, o.id, m.kind FROM memory_vectors_meta mm "
-            "JOIN memories m ON m.seq = mm.memory_seq "
-            "JOIN vector_owners o ON o.scope_key = m.scope || ':' || m.owner")
-        while chunk := result.fetchmany(SCAN_CHUNK):
-            seqs = np.fromiter((r[0] for r in chunk), dtype=np.int64, count=len(chunk))
-            owners = np.fromiter((r[1] for r in chunk), dtype=np.int32, count=len(chunk))
-            self.owner_of[seqs] = owners
-            self.kind_code[seqs] = [self.kinds.code(r[2]) for r in chunk]
-            self.counts.add_many(owners)
+        for chunk in self.source.scan(conn, SCAN_CHUNK):
+            if len(chunk.seqs):
+                self._grow(int(chunk.seqs.max()))
+            self.owner_of[chunk.seqs] = chunk.owners
+            self.kind_code[chunk.seqs] = [self.kinds.code(kind) for kind in chunk.kinds]
+            self.counts.add_many(chunk.owners)
 
     # -- building ----------------------------------------------------------------------------
     def _build_grown(self) -> None:
         """Build a graph for each owner that reached ``min_rows`` and has none."""
         if self.dim is None:
             with read_only(self.engine) as conn:
-                self.dim, self.model = _settings(conn)
+                self.dim, self.model = self.source.settings(conn)
         for owner, _count in self.counts.at_least(self.min_rows):
             if owner not in self.indexes and not self._stop.is_set():
                 self.build(owner)
@@ -342,31 +388,23 @@ class AnnSet(IndexThread):
         # keep the WAL from being checkpointed, and with it the pages a forget just erased.
         # Whatever changes meanwhile is in the log after ``since`` and is applied below.
         with read_only(self.engine) as conn:
-            since = _last_log_id(conn)
-            key = conn.exec_driver_sql("SELECT scope_key FROM vector_owners WHERE id = ?", (owner,)).scalar()
-            scope, _, name = str(key or "").partition(":")
-            # By scope and owner (the identity index), not by the joined key: 2.2 s a build at 1M.
-            seqs = [int(r[0]) for r in conn.exec_driver_sql(
-                "SELECT m.seq FROM memories m JOIN memory_vectors_meta mm ON mm.memory_seq = m.seq "
-                "WHERE m.scope = ? AND m.owner = ? AND m.status = ? ORDER BY m.seq",
-                (scope, name, GRAPH_STATUS))]
+            # This reader's recorded position is at or before ``applied``, itself at or before
+            # ``since``: other daemons' trims keep the entries after it.
+            since = self.log.head(conn)
+            key = self.source.owner_key(conn, owner)
+            seqs = self.source.active_seqs(conn, key, GRAPH_STATUS)
         for start in range(0, len(seqs), BUILD_CHUNK):
             if self._stop.is_set():
                 return None  # shutting down: built again at the next start
             with read_only(self.engine) as conn:
-                chunk = conn.exec_driver_sql(
-                    "SELECT j.value, v.embedding FROM json_each(?) AS j CROSS JOIN memory_vec AS v "
-                    "ON v.memory_seq = j.value", (json.dumps(seqs[start:start + BUILD_CHUNK]),)).all()
-            if chunk:
-                vecs = np.frombuffer(b"".join(r[1] for r in chunk), dtype="<f4").reshape(len(chunk), -1)
-                graph.add([int(r[0]) for r in chunk], vecs, threads=self.threads)
+                labels, vecs = self.source.vectors(conn, seqs[start:start + BUILD_CHUNK])
+            if labels:
+                graph.add(labels, vecs, threads=self.threads)
         with self._lock:
             # Entries after the snapshot, up to what the other graphs hold, for this graph alone.
             with read_only(self.engine) as conn:
-                rows = conn.exec_driver_sql(
-                    "SELECT DISTINCT memory_seq FROM vector_index_log WHERE id > ? AND id <= ?",
-                    (since, self.applied)).all()
-                self._apply(conn, [int(r[0]) for r in rows], {owner: graph})
+                changed = self.log.seqs_since(conn, since, self.applied, 0, _NO_SEQ_ABOVE)
+                self._apply(conn, changed, {owner: graph})
             self.indexes[owner] = graph
         self.build_seconds[owner] = time.perf_counter() - t0
         log.info("ann.built", owner_id=owner, vectors=graph.count(), parts=len(graph.parts),
@@ -375,12 +413,14 @@ class AnnSet(IndexThread):
 
     # -- search ------------------------------------------------------------------------------
     def knn(self, conn: Connection, query: np.ndarray, *, k: int, scope_keys: Sequence[str],
-            statuses: Sequence[str], kind: str | None, exact: Exact) -> list[tuple[int, float]]:
-        """The ``k`` nearest visible rows: each large owner's graph, the rest by ``exact``."""
+            statuses: Sequence[str], kind: str | None, exact: Exact,
+            fallback: Exact | None = None) -> list[tuple[int, float]]:
+        """The ``k`` nearest visible rows: each large owner's graph, the rest by ``exact``.
+        ``fallback`` (``exact`` unless given) answers a search no graph can: before the graphs
+        are ready, or for statuses no graph holds (history, candidates)."""
         if not self.ready.is_set() or not self.indexes or list(statuses) != [GRAPH_STATUS]:
-            # Not ready, or history and candidates (rows no graph holds): scan exactly.
-            return exact(scope_keys, k)
-        behind = _last_log_id(conn) - self.applied
+            return (fallback or exact)(scope_keys, k)
+        behind = self.log.behind(conn, self.applied, INLINE_CATCH_UP + 1)
         if 0 < behind <= INLINE_CATCH_UP and self._lock.acquire(blocking=False):
             try:  # a few fresh vectors: this search sees them (never waits on a build or a save)
                 self.catch_up()
@@ -388,17 +428,15 @@ class AnnSet(IndexThread):
                 self._lock.release()
         elif behind > 0:
             self._wake.set()  # the index thread applies a larger batch; this search does not wait
-        marks = ", ".join("?" * len(scope_keys))
-        owners = conn.exec_driver_sql(
-            f"SELECT id, scope_key FROM vector_owners WHERE scope_key IN ({marks})", tuple(scope_keys)).all()
+        owners = self.source.owner_ids(conn, scope_keys)
         graphs = self.indexes
-        by_graph = {int(o): key for o, key in owners if int(o) in graphs}
+        by_graph = {o: key for key, o in owners.items() if o in graphs}
         rest = [key for key in scope_keys if key not in by_graph.values()]
         allowed = self._kind_filter(kind)
         hits: list[tuple[int, float]] = []
         parts = [(owner, part) for owner in by_graph for part in graphs[owner].parts]
         # The parts of every large owner the reader sees, side by side.
-        founds = search_side_by_side([(part, self._ef(graphs[owner], allowed)) for owner, part in parts],
+        founds = search_side_by_side([(part, self._ef(part, allowed)) for _, part in parts],
                                      query, k, allowed)
         by_owner: dict[int, list[tuple[int, float]]] = {owner: [] for owner in by_graph}
         for (owner, _), found in zip(parts, founds, strict=True):
@@ -413,12 +451,20 @@ class AnnSet(IndexThread):
         hits.sort(key=lambda h: h[1])
         return hits[:k]
 
-    def _ef(self, graphs: OwnerGraphs, allowed: Callable[[int], bool] | None) -> int:
-        """The beam for each graph of an owner: ``split_ef`` for an owner split into parts,
-        unless a kind filter runs (the filtered walk goes further: at a million real vectors in
-        parts of 100,000 it found 0.990 of the exact top 10 at ef 512, where the unfiltered
-        search found 0.923 at 512 and 0.969 at 1,024; bench/studies/ann_million_real.py)."""
-        return self.split_ef if len(graphs.parts) > 1 and allowed is None else self.ef
+    def _ef(self, part: OwnerIndex, allowed: Callable[[int], bool] | None) -> int:
+        """The beam for one graph: ``split_ef`` for a graph holding more than half of
+        ``part_rows`` vectors (a full part of a split owner, or a whole owner's graph that
+        large), ``ef`` for smaller ones, and ``ef`` whenever a kind filter runs (the filtered
+        walk goes further). A graph's recall at one beam falls as it grows: at a million real
+        sentence vectors one graph of 100,000 found 0.917 of the exact top 10 at ef 512 and
+        0.962 at 1,024, graphs of 50,000 found 0.973 at 512, and with a kind filter the
+        graphs of 100,000 found 0.990 at 512 (bench/studies/ann_million_real.py). An owner
+        below ``part_rows`` was searched at ``ef`` before: three graphs of 50,000 - 100,000
+        found 0.939 of the exact top 10 over 200 questions at 512, 0.966 at 1,024
+        (bench/search.py --vectors real, owners spread)."""
+        if allowed is None and int(part.index.element_count) > self.part_rows // 2:
+            return self.split_ef
+        return self.ef
 
     def _kind_filter(self, kind: str | None) -> Callable[[int], bool] | None:
         """None without a kind: the graphs hold active rows only, so the common search calls no
@@ -436,9 +482,11 @@ class AnnSet(IndexThread):
     def save(self) -> None:
         """Write the changed graphs under a new generation, then the manifest, then trim the log."""
         with self._lock:
-            if self.saved_log_id == self.applied and not any(g.dirty for g in self.indexes.values()):
+            if self.saved == self.applied and not any(g.dirty for g in self.indexes.values()):
                 return
             make_dirs(self.dir)
+            with read_only(self.engine) as conn:
+                history = self.log.history(conn)
             gen = self.generation + 1
             files: dict[str, dict[str, Any]] = {}
             for owner, graphs in self.indexes.items():
@@ -449,15 +497,17 @@ class AnnSet(IndexThread):
                     assert part.path is not None
                     entries.append({"file": part.path.name, "lo": lo, "count": int(part.index.element_count)})
                 files[str(owner)] = {"parts": entries}
-            manifest = {"format": FORMAT, "dim": self.dim, "model": self.model, "log_id": self.applied,
-                        "generation": gen, "owners": files}
+            # log_id: the position's id alone, as a manifest of format 3 before 2026-12-07 had it.
+            manifest = {"format": FORMAT, "dim": self.dim, "model": self.model, "log_id": self.applied.mark,
+                        "position": self.applied.to_json(), "history": history, "reader": self.reader,
+                        "generation": gen, "owners": files, **self.source.manifest_state()}
             write_json(self.dir / "manifest.json", manifest)
-            self.generation, self.saved_log_id = gen, self.applied
+            self.generation, self.saved, self.unsaved = gen, self.applied, 0
             keep = {part["file"] for entry in files.values() for part in entry["parts"]} | {"manifest.json"}
             for path in self.dir.iterdir():
                 if path.name not in keep:
                     path.unlink()
-            trim_log(self.engine, [("DELETE FROM vector_index_log WHERE id <= ?", (self.applied,))])
+            self.log.trim(self.engine, self.applied, self.reader)
 
     def _read_manifest(self) -> dict[str, Any] | None:
         manifest = read_manifest(self.dir / "manifest.json", "ann.manifest_unreadable")
@@ -466,6 +516,16 @@ class AnnSet(IndexThread):
         if (manifest.get("format") not in READABLE_FORMATS or manifest.get("dim") != self.dim
                 or manifest.get("model") != self.model):
             log.info("ann.manifest_stale", dim=manifest.get("dim"), model=manifest.get("model"))
+            return None
+        position = _position_of(manifest)
+        with read_only(self.engine) as conn:
+            history = self.log.history(conn)
+            holds = self.log.holds(conn, position)
+        if manifest.get("history", "") != history or not holds:
+            # A log dropped and made again, trimmed past the files, or a database restored from
+            # before them: the files cannot be brought in step.
+            log.info("ann.manifest_of_another_history", position=position.to_json(),
+                     same_history=manifest.get("history", "") == history, fix="rebuilding")
             return None
         return dict(manifest)
 
@@ -500,26 +560,32 @@ class AnnSet(IndexThread):
     def status(self) -> dict[str, Any]:
         """What ``memoryd status`` shows of the graphs (``behind``: log entries not applied yet)."""
         with read_only(self.engine) as conn:
-            last = _last_log_id(conn)
+            behind = self.log.behind(conn, self.applied, BEHIND_CAP)
         graphs = dict(self.indexes)
         return {"ready": self.ready.is_set(), "graphs": len(graphs),
                 "parts": sum(len(g.parts) for g in graphs.values()),
                 "vectors_in_graphs": sum(g.count() for g in graphs.values()),
-                "behind": max(0, last - self.applied), "saved_log_id": self.saved_log_id,
+                "behind": behind, "saved_log_id": self.saved.mark,
                 "min_rows": self.min_rows, "ef": self.ef, "split_ef": self.split_ef,
                 "part_rows": self.part_rows, "error": self.error}
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def _settings(conn: Connection) -> tuple[int | None, str | None]:
-    values: dict[str, str] = {str(k): str(v) for k, v in
-                              conn.exec_driver_sql("SELECT key, value FROM vector_settings").all()}
-    dim = values.get("dim")
-    return (int(dim) if dim is not None else None), values.get("model")
+def drop_unread_log(engine: Engine) -> None:
+    """Drop the change log and its triggers (the index is turned off), unless another daemon on a
+    PostgreSQL store reads it. The caller removes the graphs' files: changes and erasures after
+    this are never logged for them."""
+    changelog = source_for(engine).log
+    with engine.begin() as conn:
+        if changelog.exists(conn) and not changelog.read_elsewhere(conn):
+            changelog.drop(conn)
 
 
-def _last_log_id(conn: Connection) -> int:
-    return int(conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM vector_index_log").scalar_one())
+def _position_of(manifest: dict[str, Any] | None) -> Position:
+    """The log position a manifest's files hold (format 3 before 2026-12-07: ``log_id`` alone)."""
+    if manifest is None:
+        return Position()
+    return Position.from_json(manifest.get("position", manifest.get("log_id", 0)))
 
 
 def _same(graph: OwnerGraphs, label: int, vec: np.ndarray) -> bool:

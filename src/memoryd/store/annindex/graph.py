@@ -14,10 +14,10 @@ faiss-cpu side by side on the same all-MiniLM-L6-v2 vectors):
   happens to reuse it, and faiss's HNSW cannot remove at all;
 * adding and searching release the GIL, so a build does not stall the
   daemon's event loop; saving holds it (about 4.5 ms per thousand vectors),
-  so the daemon saves rarely (store/sqlite/ann_set.py).
+  so the daemon saves rarely (store/annindex/index_set.py).
 
 Labels are memory ``seq`` values. Kinds are small integer codes in an array
-that :class:`memoryd.store.sqlite.ann_set.AnnSet` keeps for every vector of
+that :class:`memoryd.store.annindex.index_set.AnnSet` keeps for every vector of
 the store, indexed by ``seq``.
 
 Measured on 15,000 real vectors against usearch (f32, i8) and faiss
@@ -67,7 +67,7 @@ class GraphLock:
     hnswlib's ``resize_index`` reallocates the graph under a running search
     (a segfault, tests/ann), and a search beside an insert answered one wrong
     row instead of ten (the insert's links half made). The daemon inserts at
-    most 64 labels per call when it applies the log (store/sqlite/ann_set.py
+    most 64 labels per call when it applies the log (store/annindex/index_set.py
     APPLY_GROUP), so a search waits at most one such group.
     """
 
@@ -110,7 +110,7 @@ class OwnerIndex:
                  limit: int | None = None):
         self.owner_id = owner_id
         self.dim = dim
-        #: The size this graph is meant to reach (a part's, store/sqlite/ann_parts.py): growth
+        #: The size this graph is meant to reach (a part's, store/annindex/parts.py): growth
         #: stops there unless more labels come, so a full part holds no spare slots (hnswlib
         #: allocates every slot of its capacity: about 1.8 KB each at M 32).
         self.limit = limit

@@ -5,8 +5,8 @@ real all-MiniLM-L6-v2 vectors of sentences (bench/studies/ann_million_real.py,
 M 32, ef_construction 200, the daemon's search ef 512), one graph's recall@10
 was 0.917 at 100,000 vectors, 0.856 at 200,000 and 0.756-0.777 at 400,000. So
 an owner's rows go into *parts* of at most :data:`PART_ROWS` labels, each its
-own :class:`~memoryd.store.sqlite.ann.OwnerIndex`; a search asks every part for
-its ``k`` nearest and keeps the ``k`` nearest of all (store/sqlite/ann_set.py
+own :class:`~memoryd.store.annindex.graph.OwnerIndex`; a search asks every part for
+its ``k`` nearest and keeps the ``k`` nearest of all (store/annindex/index_set.py
 searches the parts side by side, as it does several owners' graphs).
 
 A part holds the owner's rows whose ``seq`` lies in ``[lo, next part's lo)``;
@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from memoryd.store.sqlite.ann import Filter, OwnerIndex
+from memoryd.store.annindex.graph import Filter, OwnerIndex
 
 #: Labels a part is filled to before the next row above it starts a new part. At 100,000
 #: real vectors one graph found 0.917 of the exact top 10 at ef 512 (bench/studies/
