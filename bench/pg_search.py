@@ -521,11 +521,13 @@ def raw_lexical_series(url: str, qs: list[str]) -> dict[str, Any]:
 
 # -- the daemon -----------------------------------------------------------------------
 def start_daemon(root: Path, url: str, label: str) -> h.Daemon:
-    """A daemon on the database, once its vector leg answers (the model is loaded)."""
+    """A daemon on the database, once its vector leg answers (the model is loaded) and its HNSW
+    graphs and lexical index are ready (bench/search.py's wait_indexes)."""
+    # model_idle_s: a graph build can outlast the model worker's idle exit (300 s).
     daemon = h.Daemon(root, embedder="bundled", data_dir=root / "data", label=label, db_url=url,
-                      config={"governor_enabled": False})
+                      config={"governor_enabled": False, "model_idle_s": 7200.0, **sb.DAEMON_CONFIG})
     daemon.start(timeout_s=600.0)
-    sb.wait_vector_leg(daemon)
+    sb.wait_indexes(daemon)
     return daemon
 
 
@@ -608,6 +610,9 @@ def main() -> None:
     p.add_argument("--shared-buffers", default="2GB",
                    help="the server's shared_buffers (set and restarted before building; '' keeps "
                         "the embedded server's default, 128MB)")
+    p.add_argument("--daemon-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config key for the daemon (repeatable), e.g. vector_index=false to measure "
+                        "pgvector's own index alone; VALUE is read as JSON, else as a string")
     p.add_argument("--name", default="pg_search", help="results file name (bench/results/NAME.json)")
     stores = p.add_mutually_exclusive_group()
     stores.add_argument("--keep-store", type=Path, default=None, metavar="DIR",
@@ -619,6 +624,10 @@ def main() -> None:
     args = p.parse_args()
     if args.rounds < 1:
         p.error(f"--rounds must be at least 1 (got {args.rounds})")
+    try:
+        sb.DAEMON_CONFIG.update(sb.config_pair(x) for x in args.daemon_config)
+    except ValueError as e:
+        p.error(f"--daemon-config: {e}")
     kept = read_kept(args.reuse_store) if args.reuse_store else None
     if args.reuse_store:
         if kept is None:
@@ -659,7 +668,8 @@ def main() -> None:
     sb.Raw = RawPg  # type: ignore[assignment,misc]
     sb.vector_recall = vector_recall  # type: ignore[assignment]
     results: dict[str, Any] = {"sizes": {}, "queries_per_series": n_queries, "reader": sb.READER,
-                               "owners": args.owners, "vectors": args.vectors}
+                               "owners": args.owners, "vectors": args.vectors,
+                               "daemon_config": sb.DAEMON_CONFIG}
     folder: Path | None = args.keep_store or args.reuse_store
     with h.workdir("pgsearch", keep=args.keep) as root:
         server = start_kept_server(folder) if folder else start_server()
@@ -736,7 +746,9 @@ def run_size(root: Path, server: PgServer, url: str, size: int, encoder: Any, n_
     m["lexical_probe_s"] = probe
     m["daemon_ready_s"] = ready_s  # the lexical index built and caught up included
     m["lexical_index"] = getattr(daemon, "lexical_index", None)
-    print(f"  daemon ready {ready_s:.1f} s after start; lexical index: {m['lexical_index']}")
+    m["vector_index"] = getattr(daemon, "vector_index", None)
+    print(f"  daemon ready {ready_s:.1f} s after start; HNSW graphs: {m['vector_index']}; "
+          f"lexical index: {m['lexical_index']}")
     m["daemon_memories"] = status["memories"]
     raw = RawPg(url)
     m["daemon_ef_search"] = raw.daemon_ef

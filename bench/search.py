@@ -524,10 +524,16 @@ def start_daemon(root: Path, data_dir: Path, label: str) -> h.Daemon:
     daemon = h.Daemon(root, embedder="bundled", data_dir=data_dir, label=label,
                       config={"governor_enabled": False, "model_idle_s": 7200.0, **DAEMON_CONFIG})
     daemon.start()
+    wait_indexes(daemon)
+    return daemon
+
+
+def wait_indexes(daemon: h.Daemon) -> None:
+    """Until the vector leg answers, then the HNSW graphs and the lexical index are ready and
+    caught up (each is built or loaded on a thread after start; until then the store's own search
+    answers). Sets ``index_ready_s``, ``vector_index`` and ``lexical_index`` on ``daemon``."""
     warm = time.perf_counter()
     wait_vector_leg(daemon)
-    # The HNSW graphs (store/annindex/index_set.py) are built or loaded on a thread after start;
-    # until they are ready the vector leg scans exactly. Measure once they are.
     while True:
         vi = daemon.call("daemon.status").get("vector_index")
         if vi is None or (vi["ready"] and vi["behind"] == 0):
@@ -539,7 +545,6 @@ def start_daemon(root: Path, data_dir: Path, label: str) -> h.Daemon:
     daemon.vector_index = vi  # type: ignore[attr-defined]
     # The lexical index (store/lexindex/index_set.py) of a store past lexical_index_min_rows, the same.
     daemon.lexical_index = h.wait_lexical_index(daemon)  # type: ignore[attr-defined]
-    return daemon
 
 
 def main() -> None:

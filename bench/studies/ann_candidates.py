@@ -237,9 +237,9 @@ class Hnswlib(Candidate):
     def build(self, vectors: np.ndarray, threads: int) -> None:
         import hnswlib
 
+        from memoryd.store.annindex import graph as ann
         from memoryd.store.annindex.graph import OwnerIndex
         from memoryd.store.annindex.index_set import BUILD_CHUNK
-        from memoryd.store.annindex import graph as ann
 
         index = None
         if (M, EF_CONSTRUCTION) != (ann.M, ann.EF_CONSTRUCTION):  # --m/--ef-construction: not the daemon's

@@ -12,10 +12,10 @@ from sqlalchemy import Engine, insert, text
 
 from memoryd.clock import to_rfc3339, utcnow
 from memoryd.store import migrate, vectors
+from memoryd.store.annindex.index_set import source_for
 from memoryd.store.engine import create_store_engine
 from memoryd.store.ids import new_memory_id
 from memoryd.store.schema import memories
-from memoryd.store.annindex.index_set import source_for
 
 DIM = 384
 

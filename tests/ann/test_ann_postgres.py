@@ -94,7 +94,8 @@ def add_rows(engine: Engine, key: str, vecs: np.ndarray) -> list[int]:
     return seqs
 
 
-def test_large_owners_get_graphs_split_in_parts_and_find_what_the_exact_scan_finds(store, tmp_path: Path) -> None:
+def test_large_owners_get_graphs_split_in_parts_and_find_what_the_exact_scan_finds(
+        store, tmp_path: Path) -> None:
     engine, seqs, _ = store
     ann = opened(engine, tmp_path / "index")
     assert len(ann.indexes) == 2  # BIG and OTHER; SMALL's 200 rows stay exact
@@ -113,7 +114,8 @@ def test_large_owners_get_graphs_split_in_parts_and_find_what_the_exact_scan_fin
     # A kind is applied inside the walk.
     decisions = search(engine, ann, query, 30, [BIG], kind="decision")
     with engine.connect() as conn:
-        kinds = {r[0] for r in conn.execute(text(f"SELECT kind FROM memories WHERE seq IN ({seq_list(decisions)})"))}
+        kinds = {r[0] for r in conn.execute(
+            text(f"SELECT kind FROM memories WHERE seq IN ({seq_list(decisions)})"))}
     assert len(decisions) == 30 and kinds == {"decision"}
 
 
@@ -186,7 +188,7 @@ def test_a_forgotten_vector_leaves_the_saved_files(store, tmp_path: Path) -> Non
 
 
 def test_a_log_trimmed_past_a_daemon_rebuilds_its_graphs(store, tmp_path: Path) -> None:
-    engine, seqs, _ = store
+    engine, _, _ = store
     ann = opened(engine, tmp_path / "index")
     added = add_rows(engine, BIG, clustered(3, seed=31))
     with engine.begin() as conn:  # another daemon trimmed past this one (it had not saved for a day)

@@ -115,7 +115,8 @@ def test_forget_leaves_no_vector_bytes_in_any_graph_file_of_either_daemon(root: 
     deadline = time.monotonic() + 60
     while True:
         with engine.connect() as conn:
-            left = conn.execute(text("SELECT 1 FROM memory_vectors WHERE memory_seq = :s"), {"s": victim}).first()
+            left = conn.execute(text("SELECT 1 FROM memory_vectors WHERE memory_seq = :s"),
+                                {"s": victim}).first()
         if left is None:
             break
         assert time.monotonic() < deadline, one.log_tail()

@@ -63,7 +63,9 @@ def test_store_reindex_rebuilds_the_index_and_searches_still_answer(pg_engine: E
     _, node_before = index_state(pg_engine)
     env = {**os.environ, "MEMORYD_DB_URL": pg_url}
     config = tmp_path / "memoryd.toml"
-    config.write_text("lexical_index_min_rows = 1\n")  # this daemon's lexical index, built too
+    # This daemon's lexical index and HNSW graphs, built too.
+    config.write_text("lexical_index_min_rows = 1\nvector_index_min_rows = 100\n"
+                      "vector_index_part_rows = 200\n")
     cmd = [sys.executable, "-m", "memoryd", "store", "reindex", "--data-dir", str(tmp_path / "data"),
            "--config", str(config), "--json"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
@@ -72,6 +74,9 @@ def test_store_reindex_rebuilds_the_index_and_searches_still_answer(pg_engine: E
     assert (summary["backend"], summary["index"], summary["vectors"]) == ("postgresql", INDEX, 300)
     assert summary["lexical"]["built"] and summary["lexical"]["docs"] == 300, summary
     assert (tmp_path / "data" / "index" / "lexical" / "manifest.json").exists()
+    graphs = summary["graphs"]
+    assert (graphs["graphs"], graphs["parts"], graphs["vectors_in_graphs"]) == (1, 2, 300)
+    assert (tmp_path / "data" / "index" / "vectors" / "manifest.json").exists()
     options, node_after = index_state(pg_engine)
     assert node_after != node_before
     assert options is not None and sorted(options) == ["ef_construction=200", "m=16"]
