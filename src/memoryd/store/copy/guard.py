@@ -39,7 +39,7 @@ from memoryd.store.schema import jobs, meta
 
 #: pg_try_advisory_lock key of a copy into a PostgreSQL database ("memo" namespace, see
 #: store/postgres/backend.py).
-COPY_LOCK = 0x6D656D6F_0003
+COPY_LOCK = 0x6D656D6F_0004
 
 
 class CopyRefused(MemorydError):
