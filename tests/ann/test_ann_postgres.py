@@ -5,6 +5,7 @@ when the log was trimmed past them."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -204,3 +205,26 @@ def test_a_log_trimmed_past_a_daemon_rebuilds_its_graphs(store, tmp_path: Path) 
         conn.execute(text("UPDATE vector_index_state SET trimmed_mark = 0"))
     ann.open(fresh=True)
     assert set(added) <= owner_labels(ann, BIG) == store_active(engine, BIG)
+
+
+def test_a_quiet_daemon_keeps_its_place_in_the_log(store, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """However quiet the store, the index thread records its saved position every KEEPALIVE_S:
+    other daemons trim the log to what every reader seen in the last day applied, and a daemon
+    they stopped seeing would find its files' entries gone at its next start."""
+    engine, _, _ = store
+    monkeypatch.setattr(ann_set, "KEEPALIVE_S", 0.5)
+    ann = AnnSet(engine, tmp_path / "index", min_rows=MIN_ROWS, save_every=10**9, part_rows=PART_ROWS)
+    ann.start()
+    try:
+        assert ann.ready.wait(120)
+        with engine.begin() as conn:
+            conn.execute(text(f"UPDATE {READERS_TABLE} SET seen_at = now() - interval '2 days'"))
+        time.sleep(3.0)
+        with engine.connect() as conn:
+            mark, fresh = conn.execute(text(
+                f"SELECT mark, seen_at > now() - interval '1 minute' FROM {READERS_TABLE} "
+                "WHERE reader = :r"), {"r": ann.reader}).one()
+        assert fresh and mark == ann.saved.mark
+    finally:
+        ann.stop()

@@ -88,6 +88,9 @@ APPLY_GROUP = 64
 SCAN_CHUNK = 50_000
 #: Vectors added to a graph per call while building (each call releases the GIL).
 BUILD_CHUNK = 5000
+#: How often the index thread records its saved position however quiet the store (PostgreSQL:
+#: the log is kept for the readers seen in the last day; the lexical index's cadence).
+KEEPALIVE_S = 600.0
 #: ``behind`` in the status counts log entries up to this many.
 BEHIND_CAP = 1_000_000
 #: Above every seq (the upper bound of a seq range that means "all of them").
@@ -197,6 +200,8 @@ class AnnSet(IndexThread):
         self.loaded_graphs = 0
         #: Set when the log was trimmed past ``applied``: the index thread builds every graph again.
         self._reopen = False
+        #: When this reader's position was last recorded in the log (PostgreSQL).
+        self._seen_at = time.monotonic()
         self.error: str | None = None
 
     # -- life --------------------------------------------------------------------------------
@@ -223,6 +228,10 @@ class AnnSet(IndexThread):
                 self._build_grown()
                 if self.unsaved >= self.save_every:
                     self.save()
+                elif time.monotonic() - self._seen_at >= KEEPALIVE_S:
+                    # The saved position again: other daemons' trims keep what the files need.
+                    self.log.register(self.engine, self.saved, self.reader)
+                    self._seen_at = time.monotonic()
             self.catch_up()
             self.save()
         except Exception as exc:  # the exact scan answers every search meanwhile
@@ -503,6 +512,7 @@ class AnnSet(IndexThread):
                         "generation": gen, "owners": files, **self.source.manifest_state()}
             write_json(self.dir / "manifest.json", manifest)
             self.generation, self.saved, self.unsaved = gen, self.applied, 0
+            self._seen_at = time.monotonic()
             keep = {part["file"] for entry in files.values() for part in entry["parts"]} | {"manifest.json"}
             for path in self.dir.iterdir():
                 if path.name not in keep:
