@@ -528,6 +528,8 @@ def start_daemon(root: Path, url: str, label: str) -> h.Daemon:
                       config={"governor_enabled": False, "model_idle_s": 7200.0, **sb.DAEMON_CONFIG})
     daemon.start(timeout_s=600.0)
     sb.wait_indexes(daemon)
+    print(f"  daemon {label}: indexes ready after {daemon.index_ready_s:.0f} s, measuring",  # type: ignore[attr-defined]
+          flush=True)
     return daemon
 
 
