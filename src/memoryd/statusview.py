@@ -113,13 +113,15 @@ def status_renderable(s: dict[str, Any], rates: dict[str, float] | None = None,
 
 
 def vector_index_line(vi: dict[str, Any] | None) -> Text | None:
-    """The HNSW graphs beside a SQLite store, in one line (None on PostgreSQL or when off)."""
+    """The HNSW graphs beside the store, in one line (None when off)."""
     if not vi:
         return None
+    # What answers without the graphs (older daemons, SQLite only: the exact scan).
+    store = vi.get("fallback") or "the exact scan"
     if vi.get("error"):
-        return Text(f"vector index: failed ({vi['error']}); searches scan exactly; "
+        return Text(f"vector index: failed ({vi['error']}); searches use {store}; "
                     "run `memoryd store reindex` with the daemon stopped", style="yellow")
-    state = "ready" if vi["ready"] else "opening (searches scan exactly meanwhile)"
+    state = "ready" if vi["ready"] else f"opening (searches use {store} meanwhile)"
     behind = f", {vi['behind']} changes to apply" if vi.get("behind") else ""
     # An owner past vector_index_part_rows has several graphs (status "parts"; "graphs": owners).
     parts = vi.get("parts", vi["graphs"])

@@ -14,10 +14,13 @@ def test_a_ready_index_names_its_graphs_and_vectors() -> None:
     assert line.plain == "vector index: ready; 3 graph(s) of owners with 20,000+ vectors, 250,000 vectors"
 
 
-def test_an_opening_index_says_searches_scan_exactly_and_what_is_left() -> None:
+def test_an_opening_index_says_what_answers_meanwhile_and_what_is_left() -> None:
     line = vector_index_line({**READY, "ready": False, "behind": 12})
-    assert line is not None
-    assert "opening (searches scan exactly meanwhile)" in line.plain and "12 changes to apply" in line.plain
+    assert line is not None  # a daemon from before the fallback field: SQLite's exact scan
+    assert "opening (searches use the exact scan meanwhile)" in line.plain
+    assert "12 changes to apply" in line.plain
+    line = vector_index_line({**READY, "ready": False, "fallback": "pgvector's HNSW index"})
+    assert line is not None and "opening (searches use pgvector's HNSW index meanwhile)" in line.plain
 
 
 def test_a_failed_index_says_what_to_run() -> None:

@@ -577,7 +577,8 @@ class AnnSet(IndexThread):
                 "vectors_in_graphs": sum(g.count() for g in graphs.values()),
                 "behind": behind, "saved_log_id": self.saved.mark,
                 "min_rows": self.min_rows, "ef": self.ef, "split_ef": self.split_ef,
-                "part_rows": self.part_rows, "error": self.error}
+                "part_rows": self.part_rows, "error": self.error,
+                "fallback": "the exact scan" if is_sqlite(self.engine) else "pgvector's HNSW index"}
 
 
 # -- helpers ---------------------------------------------------------------------------------
