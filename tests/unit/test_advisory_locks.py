@@ -1,6 +1,6 @@
 """memoryd's PostgreSQL advisory lock keys ("memo" namespace, store/postgres/backend.py) are all
 different: two uses that shared one key would block or refuse each other (the store copy's lock
-and the lexical log's DDL lock both were 0x6D656D6F_0003 until 2026-12-07)."""
+and the lexical log's DDL lock both were 0x6D656D6F_0003 until 2026-12-06)."""
 
 from __future__ import annotations
 

@@ -506,7 +506,7 @@ class AnnSet(IndexThread):
                     assert part.path is not None
                     entries.append({"file": part.path.name, "lo": lo, "count": int(part.index.element_count)})
                 files[str(owner)] = {"parts": entries}
-            # log_id: the position's id alone, as a manifest of format 3 before 2026-12-07 had it.
+            # log_id: the position's id alone, as a manifest of format 3 before 2026-12-06 had it.
             manifest = {"format": FORMAT, "dim": self.dim, "model": self.model, "log_id": self.applied.mark,
                         "position": self.applied.to_json(), "history": history, "reader": self.reader,
                         "generation": gen, "owners": files, **self.source.manifest_state()}
@@ -593,7 +593,7 @@ def drop_unread_log(engine: Engine) -> None:
 
 
 def _position_of(manifest: dict[str, Any] | None) -> Position:
-    """The log position a manifest's files hold (format 3 before 2026-12-07: ``log_id`` alone)."""
+    """The log position a manifest's files hold (format 3 before 2026-12-06: ``log_id`` alone)."""
     if manifest is None:
         return Position()
     return Position.from_json(manifest.get("position", manifest.get("log_id", 0)))
