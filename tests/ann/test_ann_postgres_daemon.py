@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
-from memoryd.store.annindex.graph import OwnerIndex
-from tests.ann._store import DIM, clustered, make_store
-from tests.ann.test_ann_daemon import CONFIG, OWNERS, kill9, wait_graphs
+from tests.ann._store import clustered, make_store
+from tests.ann.test_ann_daemon import CONFIG, OWNERS, kill9, saved_graphs, saved_labels, wait_graphs
 from tests.ann.test_ann_postgres import add_rows, seq_list
 from tests.search._daemon import DaemonFolder, SearchDaemon
 
@@ -29,20 +28,12 @@ def root() -> Iterator[DaemonFolder]:
     folder.close()
 
 
-def saved_labels(data_dir: Path) -> dict[str, set[int]]:
-    """Each owner key's live labels in the saved graphs, loaded from the files the manifest names
-    (the daemon's own owner ids, mapped back to keys by the manifest)."""
-    directory = data_dir / "index" / "vectors"
-    manifest = json.loads((directory / "manifest.json").read_text())
+def saved_labels_by_key(data_dir: Path) -> dict[str, set[int]]:
+    """test_ann_daemon.saved_labels, by owner key: the daemon's own owner ids mapped back to keys
+    by the manifest."""
+    manifest = json.loads((data_dir / "index" / "vectors" / "manifest.json").read_text())
     keys = {int(i): k for k, i in manifest["owner_ids"].items()}
-    out: dict[str, set[int]] = {}
-    for owner, entry in manifest["owners"].items():
-        for part in entry["parts"]:
-            labels = OwnerIndex.load(int(owner), DIM, directory / part["file"]).labels()
-            key = keys[int(owner)]
-            assert not labels & out.get(key, set())  # no row in two of an owner's graphs
-            out.setdefault(key, set()).update(labels)
-    return out
+    return {keys[owner]: labels for owner, labels in saved_labels(data_dir).items()}
 
 
 def store_truth(daemon: SearchDaemon) -> dict[str, set[int]]:
@@ -80,7 +71,7 @@ def test_kill_9_while_building_and_while_updating_then_restart(root: DaemonFolde
     wait_graphs(daemon, 2)
     truth = store_truth(daemon)
     assert daemon.stop() == 0
-    saved = saved_labels(daemon.data_dir)
+    saved = saved_labels_by_key(daemon.data_dir)
     assert set(saved) == {"agent:a1", "agent:a2"}
     for key, labels in saved.items():
         assert labels == truth[key], (key, len(labels), len(truth[key]))
@@ -103,8 +94,7 @@ def test_forget_leaves_no_vector_bytes_in_any_graph_file_of_either_daemon(root: 
     with engine.connect() as conn:
         victim_id = conn.execute(text("SELECT id FROM memories WHERE seq = :s"), {"s": victim}).scalar_one()
     dirs = [d.data_dir / "index" / "vectors" for d in (one, two)]
-    graph = OwnerIndex.load(0, DIM, next(p for p in dirs[0].iterdir() if p.suffix == ".hnsw"
-                                         and victim in OwnerIndex.load(0, DIM, p).labels()))
+    graph = next(g for _, g in saved_graphs(dirs[0]) if g.contains(victim))
     stored = np.asarray(graph.index.get_items([victim])[0], dtype=np.float32).tobytes()
     for directory in dirs:  # positive control: each daemon's own files hold it
         assert stored in b"".join(p.read_bytes() for p in directory.iterdir())

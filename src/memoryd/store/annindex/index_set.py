@@ -63,7 +63,7 @@ from memoryd.store.annindex.graph import MIN_CAPACITY, OwnerIndex
 from memoryd.store.annindex.parts import PART_ROWS, SPLIT_EF, OwnerGraphs, search_side_by_side
 from memoryd.store.annindex.source import VectorSource
 from memoryd.store.engine import is_sqlite, read_only
-from memoryd.store.lexindex.changelog import LogTrimmed, Position, distinct_seqs
+from memoryd.store.lexindex.changelog import LogTrimmed, Position, distinct_seqs, start_reading
 from memoryd.store.sidecar import IndexThread, Registry, read_manifest, write_json
 
 log = structlog.get_logger(__name__)
@@ -251,7 +251,7 @@ class AnnSet(IndexThread):
             manifest = None
         if manifest is None:
             self.source.restore(None)
-            since = self._start_reading()
+            since = start_reading(self.log, self.engine, self.reader, "ann.log_trimmed_past_start")
         else:
             # This reader's saved position, seen again: other daemons' trims keep what follows it.
             self.reader = str(manifest.get("reader") or self.reader)
@@ -275,19 +275,6 @@ class AnnSet(IndexThread):
         self.ready.set()
         log.info("ann.open", ms=round((time.perf_counter() - t0) * 1000, 1), graphs=len(self.indexes),
                  vectors=self.counts.total(), loaded=n_loaded)
-
-    def _start_reading(self) -> Position:
-        """The log position a read of the store from now on starts at, recorded as this
-        reader's (on PostgreSQL, another daemon's trim then keeps the entries after it)."""
-        for _ in range(10):
-            with read_only(self.engine) as conn:
-                since = self.log.head(conn)
-            self.log.register(self.engine, since, self.reader)
-            with read_only(self.engine) as conn:
-                if self.log.holds(conn, since):
-                    return since
-            log.info("ann.log_trimmed_past_start", fix="starting from a newer position")
-        raise RuntimeError("the change log kept being trimmed past this index's start")
 
     # -- the log -----------------------------------------------------------------------------
     def catch_up(self) -> int:

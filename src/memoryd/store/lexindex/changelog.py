@@ -1,5 +1,6 @@
-"""The change log that keeps a lexical index beside the store in step with it: what both backends
-give the index (store/lexindex/index_set.py), each written in its own way.
+"""The change log that keeps an index beside the store in step with it: what both backends give
+the lexical index (store/lexindex/index_set.py) and the vector index (store/annindex/), each
+written in its own way.
 
 Triggers in the store append an entry for every memory whose content, status,
 kind or owner changes, in the writer's own transaction, so an entry is
@@ -25,7 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
 from sqlalchemy import Connection, Engine
+
+from memoryd.store.engine import read_only
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,21 @@ class ChangeLog(abc.ABC):
     def trim(self, engine: Engine, position: Position, reader: str) -> None:
         """Drop the entries that no index needs any more, now that ``reader`` stands at
         ``position`` (never fails on a busy store: trimmed at a later save)."""
+
+
+def start_reading(changelog: ChangeLog, engine: Engine, reader: str, event: str) -> Position:
+    """The log position a read of the store from now on starts at, recorded as ``reader``'s (on
+    PostgreSQL, another daemon's trim then keeps the entries after it). A trim between taking
+    the position and recording it is logged as ``event`` and the next position taken."""
+    for _ in range(10):
+        with read_only(engine) as conn:
+            since = changelog.head(conn)
+        changelog.register(engine, since, reader)
+        with read_only(engine) as conn:
+            if changelog.holds(conn, since):
+                return since
+        log.info(event, fix="starting from a newer position")
+    raise RuntimeError("the change log kept being trimmed past this index's start")
 
 
 def distinct_seqs(entries: Sequence[Entry]) -> list[int]:

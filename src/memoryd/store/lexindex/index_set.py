@@ -63,7 +63,7 @@ from sqlalchemy.exc import OperationalError
 
 from memoryd.privatefs import make_dirs
 from memoryd.store.engine import is_sqlite, read_only
-from memoryd.store.lexindex.changelog import ChangeLog, LogTrimmed, Position, distinct_seqs
+from memoryd.store.lexindex.changelog import ChangeLog, LogTrimmed, Position, distinct_seqs, start_reading
 from memoryd.store.lexindex.logs import log_for
 from memoryd.store.lexindex.shard import Queries, Row, Shard, build, wipe
 from memoryd.store.schema import memories
@@ -283,16 +283,8 @@ class LexSet(IndexThread):
 
     def _start_reading(self) -> Position:
         """The log position a build that reads the store from now on starts at, recorded as this
-        reader's first (on PostgreSQL, another daemon's trim then keeps the entries after it)."""
-        for _ in range(10):
-            with read_only(self.engine) as conn:
-                since = self.log.head(conn)
-            self.log.register(self.engine, since, self.reader)
-            with read_only(self.engine) as conn:
-                if self.log.holds(conn, since):
-                    return since
-            log.info("lex.log_trimmed_past_build_start", fix="starting from a newer position")
-        raise RuntimeError("the change log kept being trimmed past this index's start")
+        reader's first."""
+        return start_reading(self.log, self.engine, self.reader, "lex.log_trimmed_past_build_start")
 
     def _rebuild_all(self, reason: str) -> None:
         """Build every shard again (the log lost entries this index had not applied); the store's

@@ -110,8 +110,7 @@ def pgvector_knn(conn: Connection, query: np.ndarray, *, k: int, scope_keys: Seq
                  statuses: Sequence[str], kind: str | None) -> list[tuple[int, float]]:
     """The ``k`` nearest visible vectors by pgvector's HNSW index, nearest first (see the module
     docstring)."""
-    pairs = [(key.split(":", 1)[0], key.split(":", 1)[1]) for key in dict.fromkeys(scope_keys)]
-    if not pairs or k <= 0:
+    if not scope_keys or k <= 0:
         return []
     k = min(k, MAX_KNN)
     # SET LOCAL: for this transaction only (a search's read transaction, or a pass's).

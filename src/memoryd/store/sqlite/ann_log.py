@@ -16,8 +16,9 @@ import numpy as np
 from sqlalchemy import Connection, Engine
 
 from memoryd.store.annindex.source import ScanChunk, VectorRow, VectorSource
-from memoryd.store.lexindex.changelog import ChangeLog, Entry, Position
+from memoryd.store.lexindex.changelog import Position
 from memoryd.store.sidecar import trim_log
+from memoryd.store.sqlite.lex_log import SqliteLog, last_log_id
 
 LOG_TABLE = "vector_index_log"
 _TRIGGERS = ("vector_index_log_vi", "vector_index_log_vd", "vector_index_log_mu")
@@ -44,18 +45,12 @@ def ensure_log(conn: Connection) -> None:
         conn.exec_driver_sql(statement)
 
 
-def last_log_id(conn: Connection) -> int:
-    """The last id the log issued (AUTOINCREMENT's counter: it stays when the log is trimmed)."""
-    issued = conn.exec_driver_sql("SELECT seq FROM sqlite_sequence WHERE name = ?", (LOG_TABLE,)).scalar()
-    return int(issued or 0)
+class SqliteVectorLog(SqliteLog):
+    """Read as the lexical log is, by id; no state table (the log is never dropped while the
+    index is on, and entries carry no erasure flag: a graph erases what leaves it)."""
 
-
-class SqliteVectorLog(ChangeLog):
     table = LOG_TABLE
-
-    def exists(self, conn: Connection) -> bool:
-        return conn.exec_driver_sql(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (LOG_TABLE,)).first() is not None
+    erased = "0"
 
     def ensure(self, conn: Connection) -> None:
         ensure_log(conn)
@@ -68,28 +63,10 @@ class SqliteVectorLog(ChangeLog):
     def history(self, conn: Connection) -> str:
         return ""  # one log for the store's life: the triggers are never dropped
 
-    def head(self, conn: Connection) -> Position:
-        return Position(mark=last_log_id(conn))
-
     def holds(self, conn: Connection, position: Position) -> bool:
         # Trimmed only up to what a saved manifest holds; a position past the last id issued is
         # from a database restored from before it.
-        return position.mark <= last_log_id(conn)
-
-    def read(self, conn: Connection, position: Position, page: int) -> tuple[list[Entry], Position]:
-        rows = conn.exec_driver_sql(
-            f"SELECT id, memory_seq FROM {LOG_TABLE} WHERE id > ? ORDER BY id LIMIT ?",
-            (position.mark, page)).all()
-        entries = [Entry(int(r[0]), int(r[1]), False) for r in rows]
-        return entries, (Position(mark=entries[-1].id) if entries else position)
-
-    def behind(self, conn: Connection, position: Position, cap: int) -> int:
-        return max(0, last_log_id(conn) - position.mark)
-
-    def seqs_since(self, conn: Connection, since: Position, upto: Position, lo: int, hi: int) -> list[int]:
-        return [int(r[0]) for r in conn.exec_driver_sql(
-            f"SELECT DISTINCT memory_seq FROM {LOG_TABLE} WHERE id > ? AND id <= ? "
-            "AND memory_seq >= ? AND memory_seq < ?", (since.mark, upto.mark, lo, hi))]
+        return position.mark <= last_log_id(conn, LOG_TABLE)
 
     def trim(self, engine: Engine, position: Position, reader: str) -> None:
         trim_log(engine, [(f"DELETE FROM {LOG_TABLE} WHERE id <= ?", (position.mark,))])

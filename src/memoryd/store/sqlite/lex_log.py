@@ -38,10 +38,10 @@ LOG_DDL = [
 ]
 
 
-def last_log_id(conn: Connection) -> int:
-    """The last id the log issued (SQLite's AUTOINCREMENT counter: it stays when the log is
-    trimmed, where max(id) would fall back to 0)."""
-    issued = conn.exec_driver_sql("SELECT seq FROM sqlite_sequence WHERE name = ?", (LOG_TABLE,)).scalar()
+def last_log_id(conn: Connection, table: str = LOG_TABLE) -> int:
+    """The last id the log ``table`` issued (SQLite's AUTOINCREMENT counter: it stays when the
+    log is trimmed, where max(id) would fall back to 0)."""
+    issued = conn.exec_driver_sql("SELECT seq FROM sqlite_sequence WHERE name = ?", (table,)).scalar()
     return int(issued or 0)
 
 
@@ -51,11 +51,17 @@ def _state(conn: Connection) -> tuple[str, int]:
 
 
 class SqliteLog(ChangeLog):
+    """A log read by id; the lexical index's, unless a subclass names another table
+    (store/sqlite/ann_log.py)."""
+
     table = LOG_TABLE
+    #: The SQL of an entry's ``erased`` flag.
+    erased = "erased"
 
     def exists(self, conn: Connection) -> bool:
-        return conn.exec_driver_sql(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (LOG_TABLE,)).first() is not None
+        found = conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                     (self.table,)).first()
+        return found is not None
 
     def ensure(self, conn: Connection) -> None:
         for statement in LOG_DDL:
@@ -73,7 +79,7 @@ class SqliteLog(ChangeLog):
         return _state(conn)[0]
 
     def head(self, conn: Connection) -> Position:
-        return Position(mark=last_log_id(conn))
+        return Position(mark=last_log_id(conn, self.table))
 
     def holds(self, conn: Connection, position: Position) -> bool:
         _, trimmed_to = _state(conn)
@@ -81,17 +87,17 @@ class SqliteLog(ChangeLog):
 
     def read(self, conn: Connection, position: Position, page: int) -> tuple[list[Entry], Position]:
         rows = conn.exec_driver_sql(
-            f"SELECT id, memory_seq, erased FROM {LOG_TABLE} WHERE id > ? ORDER BY id LIMIT ?",
+            f"SELECT id, memory_seq, {self.erased} FROM {self.table} WHERE id > ? ORDER BY id LIMIT ?",
             (position.mark, page)).all()
         entries = [Entry(int(r[0]), int(r[1]), bool(r[2])) for r in rows]
         return entries, (Position(mark=entries[-1].id) if entries else position)
 
     def behind(self, conn: Connection, position: Position, cap: int) -> int:
-        return max(0, last_log_id(conn) - position.mark)
+        return max(0, last_log_id(conn, self.table) - position.mark)
 
     def seqs_since(self, conn: Connection, since: Position, upto: Position, lo: int, hi: int) -> list[int]:
         return [int(r[0]) for r in conn.exec_driver_sql(
-            f"SELECT DISTINCT memory_seq FROM {LOG_TABLE} WHERE id > ? AND id <= ? "
+            f"SELECT DISTINCT memory_seq FROM {self.table} WHERE id > ? AND id <= ? "
             "AND memory_seq >= ? AND memory_seq < ?", (since.mark, upto.mark, lo, hi))]
 
     def trim(self, engine: Engine, position: Position, reader: str) -> None:
