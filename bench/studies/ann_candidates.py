@@ -6,7 +6,7 @@ search ef=512) by measuring, on the same vectors and queries:
 
 * hnswlib through memoryd's own ``OwnerIndex`` (exactly what the daemon runs:
   space "cosine", its add/search/erase, the filter as a Python callable over
-  a status-code array, as ``AnnSet._filter`` builds it);
+  a status-code array, as ``AnnSet._kind_filter`` builds it);
 * usearch, f32 and i8 (metric "cos");
 * faiss-cpu ``IndexHNSWFlat`` (inner product on the normalised vectors).
 
@@ -166,7 +166,7 @@ def encode_cached(texts: list[str], tag: str, log: Callable[[str], None]) -> np.
 class Allow:
     """Rows a filtered search may return: a mask, and each library's form of it.
 
-    hnswlib gets what ``AnnSet._filter`` builds (a status-code array indexed by label and a
+    hnswlib gets what ``AnnSet._kind_filter`` builds (a status-code array indexed by label and a
     Python callable over it), faiss an IDSelectorBitmap, usearch the mask after the fact.
     """
 
@@ -232,7 +232,7 @@ class Hnswlib(Candidate):
     """memoryd's OwnerIndex: the daemon's class, add in BUILD_CHUNK batches as AnnSet.build does."""
 
     name = "hnswlib (OwnerIndex)"
-    filtering = "in the walk (Python callable, as AnnSet._filter)"
+    filtering = "in the walk (Python callable, as AnnSet._kind_filter)"
 
     def build(self, vectors: np.ndarray, threads: int) -> None:
         import hnswlib

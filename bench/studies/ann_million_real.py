@@ -3,11 +3,11 @@
 Run by hand, not by CI. Issue 21 asks for vector recall@10 >= 0.95 against
 exact search on real all-MiniLM-L6-v2 vectors at 1,000,000 memories. This
 study measures it with memoryd's own graphs: ``OwnerGraphs`` (src/memoryd/store/
-sqlite/ann_parts.py), which splits one owner's rows into ``OwnerIndex`` graphs
-(ann.py: hnswlib, space "cosine", the module's M and EF_CONSTRUCTION) of at most
+annindex/parts.py), which splits one owner's rows into ``OwnerIndex`` graphs
+(graph.py: hnswlib, space "cosine", the module's M and EF_CONSTRUCTION) of at most
 ``--part-rows`` vectors searched side by side, or with ``--part-rows 0`` one
 ``OwnerIndex`` for every row (the daemon before the split); rows are added in
-``ann_set.BUILD_CHUNK`` batches on 2 threads as ``AnnSet.build`` does; and:
+``index_set.BUILD_CHUNK`` batches on 2 threads as ``AnnSet.build`` does; and:
 
 * exact top-10 of every query by numpy (float32 matrix products in blocks),
   (a) for one owner holding every row, no filter, and (b) for a reader who sees

@@ -1,0 +1,197 @@
+"""Quantized flat scans of one owner's vectors, beside the daemon's HNSW graphs (issue 21): a study.
+
+Run by hand, not by CI. One owner holding a million random vectors is the one
+case of issue 21 whose hybrid search misses 50 ms: the daemon searches its ten
+graphs of 100,000 at ef 1,024 and the vector leg alone takes 84 ms p50
+(bench/search.py --sizes 1000000 --owners one, docs/operations.md). On random
+384-d vectors HNSW has no neighbourhood to follow, so a search at that beam
+computes about as many distances as a scan of every row. This study measures
+what a scan costs when it reads fewer bytes a row: for each size in
+``--sizes``, over the same unit vectors and queries,
+
+* ``numpy f32``: ``X @ q`` on the float32 rows and ``argpartition``, exact;
+* faiss-cpu ``IndexFlatIP`` (float32), exact;
+* faiss-cpu ``IndexScalarQuantizer`` with 8-bit and float16 codes, whose top
+  ``--fetch`` candidates are ranked again by their float32 dot products (what
+  the daemon would return), at 1 and 2 faiss threads;
+
+each with recall@10 against the exact top 10 (numpy, in blocks), p50 / p95 of
+single-query searches (the daemon searches one query at a time) and the bytes a
+row takes in the index.
+
+Vectors: ``random`` (the default; standard normal rows, normalised, as the
+benches' random stores are) or ``real``: all-MiniLM-L6-v2 sentence vectors from
+bench/_corpus.py's cache (its first ``--queries`` vectors are the queries, the
+``n`` after them the rows; encode them first, see bench/_corpus.py).
+
+faiss-cpu is not a memoryd dependency; install it for the study
+(``.venv/bin/python -m pip install faiss-cpu``, or ``pip install --target DIR`` and
+``PYTHONPATH=DIR``). Without it only the numpy scan runs, and the output says so.
+
+    .venv/bin/python bench/studies/flat_scan.py                       # 100k and 1M random
+    .venv/bin/python bench/studies/flat_scan.py --sizes 1000000 --vectors real
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import _corpus
+
+DIM = _corpus.DIM
+K = 10
+
+Search = Callable[[np.ndarray], np.ndarray]
+
+
+def unit_rows(rng: np.random.Generator, n: int) -> np.ndarray:
+    x = rng.standard_normal((n, DIM), dtype=np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x
+
+
+def load_vectors(kind: str, n: int, queries: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, queries) of unit vectors."""
+    if kind == "random":
+        rng = np.random.default_rng(seed)
+        return unit_rows(rng, n), unit_rows(rng, queries)
+    texts = _corpus.cached_texts(n + queries)
+    vecs = _corpus.cached_vectors(texts) if texts is not None else None
+    if vecs is None or len(vecs) < n + queries:
+        held = 0 if vecs is None else len(vecs)
+        raise SystemExit(f"the real-vector cache holds {held:,} vectors and this needs {n + queries:,}; "
+                         "encode them first (bench/_corpus.py says how)")
+    vecs = np.ascontiguousarray(vecs[:n + queries], dtype=np.float32)
+    return vecs[queries:], vecs[:queries]
+
+
+def exact_top(rows: np.ndarray, queries: np.ndarray, block: int = 100_000) -> np.ndarray:
+    """The exact top K row indexes of each query, by float32 dot products in blocks."""
+    best_s = np.full((len(queries), K), -np.inf, dtype=np.float32)
+    best_i = np.zeros((len(queries), K), dtype=np.int64)
+    for lo in range(0, len(rows), block):
+        scores = queries @ rows[lo:lo + block].T
+        top = np.argpartition(-scores, K - 1, axis=1)[:, :K]
+        s = np.concatenate([best_s, np.take_along_axis(scores, top, axis=1)], axis=1)
+        i = np.concatenate([best_i, top + lo], axis=1)
+        keep = np.argsort(-s, axis=1)[:, :K]
+        best_s, best_i = np.take_along_axis(s, keep, axis=1), np.take_along_axis(i, keep, axis=1)
+    return best_i
+
+
+def numpy_scan(rows: np.ndarray) -> Search:
+    def search(q: np.ndarray) -> np.ndarray:
+        scores = rows @ q
+        top = np.argpartition(-scores, K - 1)[:K]
+        return top[np.argsort(-scores[top])]
+    return search
+
+
+def reranked(rows: np.ndarray, candidates: Callable[[np.ndarray], np.ndarray]) -> Search:
+    """The candidates ranked again by their float32 dot products: the top K."""
+    def search(q: np.ndarray) -> np.ndarray:
+        cand = candidates(q)
+        cand = cand[cand >= 0]
+        return cand[np.argsort(-(rows[cand] @ q))][:K]
+    return search
+
+
+def faiss_methods(rows: np.ndarray, fetch: int, threads: list[int]) -> list[tuple[str, Any, Search]]:
+    """(label, setup, search) for each faiss index; ``setup`` sets the thread count."""
+    import faiss  # type: ignore[import-not-found]
+
+    methods: list[tuple[str, Any, Search]] = []
+    built: list[tuple[str, Any, int]] = []
+    flat = faiss.IndexFlatIP(DIM)
+    flat.add(rows)
+    built.append(("faiss flat f32", flat, K))
+    for label, qtype in (("faiss SQ8", faiss.ScalarQuantizer.QT_8bit),
+                         ("faiss SQ fp16", faiss.ScalarQuantizer.QT_fp16)):
+        index = faiss.IndexScalarQuantizer(DIM, qtype, faiss.METRIC_INNER_PRODUCT)
+        index.train(rows[: min(len(rows), 100_000)])
+        index.add(rows)
+        built.append((f"{label}, top {fetch} reranked", index, fetch))
+    for label, index, k in built:
+        def candidates(q: np.ndarray, index: Any = index, k: int = k) -> np.ndarray:
+            return np.asarray(index.search(q[None, :], k)[1][0])
+        search = candidates if k == K else reranked(rows, candidates)
+        for n_threads in threads:
+            methods.append((f"{label}, {n_threads} thread{'s' if n_threads > 1 else ''}",
+                            (faiss.omp_set_num_threads, n_threads, index), search))
+    return methods
+
+
+def measure(search: Search, queries: np.ndarray, exact: np.ndarray) -> dict[str, float]:
+    for q in queries[:3]:
+        search(q)  # warm the caches and the thread pool
+    times, hits = [], 0
+    for q, truth in zip(queries, exact, strict=True):
+        t = time.perf_counter()
+        found = search(q)
+        times.append(time.perf_counter() - t)
+        hits += len(set(found.tolist()) & set(truth.tolist()))
+    ms = np.array(times) * 1000
+    return {"p50_ms": float(np.percentile(ms, 50)), "p95_ms": float(np.percentile(ms, 95)),
+            "recall_at_10": hits / (K * len(queries))}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="100000,1000000", help="comma-separated row counts")
+    p.add_argument("--queries", type=int, default=60, help="single-query searches per method")
+    p.add_argument("--vectors", choices=_corpus.KINDS, default="random")
+    p.add_argument("--fetch", type=int, default=100,
+                   help="candidates a quantized scan returns to be ranked again in float32")
+    p.add_argument("--threads", default="1,2", help="faiss thread counts to measure")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures here")
+    args = p.parse_args()
+    if args.fetch < K:
+        p.error(f"--fetch must be at least {K}")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    threads = [int(t) for t in args.threads.split(",")]
+    try:
+        import faiss  # noqa: F401
+        have_faiss = True
+    except ImportError:
+        have_faiss = False
+        print("faiss-cpu is not importable: only the numpy scan runs (see the docstring)")
+    results: dict[str, Any] = {"vectors": args.vectors, "queries": args.queries, "fetch": args.fetch,
+                               "sizes": {}}
+    for n in sizes:
+        rows, queries = load_vectors(args.vectors, n, args.queries, args.seed)
+        exact = exact_top(rows, queries)
+        print(f"\n{n:,} {args.vectors} unit vectors, {args.queries} queries, single-query p50 / p95 ms")
+        print(f"  {'method':<52} {'bytes/row':>9} {'p50':>8} {'p95':>8} {'recall@10':>9}")
+        methods: list[tuple[str, Any, Search]] = [("numpy f32 (BLAS matvec), exact", None, numpy_scan(rows))]
+        if have_faiss:
+            methods += faiss_methods(rows, args.fetch, threads)
+        figures: dict[str, Any] = {}
+        for label, setup, search in methods:
+            row_bytes = DIM * 4
+            if setup is not None:
+                set_threads, n_threads, index = setup
+                set_threads(n_threads)
+                row_bytes = int(getattr(index, "code_size", DIM * 4))
+            fig = measure(search, queries, exact) | {"bytes_per_row": row_bytes}
+            figures[label] = fig
+            print(f"  {label:<52} {row_bytes:>9} {fig['p50_ms']:>8.1f} {fig['p95_ms']:>8.1f} "
+                  f"{fig['recall_at_10']:>9.3f}", flush=True)
+        results["sizes"][str(n)] = figures
+        del rows, methods
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
