@@ -50,6 +50,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ann_million_real import exact_topk, recall_ids
+
 import _corpus
 
 DIM = _corpus.DIM
@@ -69,28 +72,10 @@ def load_vectors(kind: str, n: int, queries: int, seed: int) -> tuple[np.ndarray
     if kind == "random":
         rng = np.random.default_rng(seed)
         return unit_rows(rng, n), unit_rows(rng, queries)
-    texts = _corpus.cached_texts(n + queries)
-    vecs = _corpus.cached_vectors(texts) if texts is not None else None
-    if vecs is None or len(vecs) < n + queries:
-        held = 0 if vecs is None else len(vecs)
-        raise SystemExit(f"the real-vector cache holds {held:,} vectors and this needs {n + queries:,}; "
-                         "encode them first (bench/_corpus.py says how)")
-    vecs = np.ascontiguousarray(vecs[:n + queries], dtype=np.float32)
+    # The benches' real vectors, read (and refused when not encoded yet) as their stores read them.
+    corpus = _corpus.Corpus(n + queries, seed, "real")
+    vecs = next(corpus.vector_chunks(n + queries))
     return vecs[queries:], vecs[:queries]
-
-
-def exact_top(rows: np.ndarray, queries: np.ndarray, block: int = 100_000) -> np.ndarray:
-    """The exact top K row indexes of each query, by float32 dot products in blocks."""
-    best_s = np.full((len(queries), K), -np.inf, dtype=np.float32)
-    best_i = np.zeros((len(queries), K), dtype=np.int64)
-    for lo in range(0, len(rows), block):
-        scores = queries @ rows[lo:lo + block].T
-        top = np.argpartition(-scores, K - 1, axis=1)[:, :K]
-        s = np.concatenate([best_s, np.take_along_axis(scores, top, axis=1)], axis=1)
-        i = np.concatenate([best_i, top + lo], axis=1)
-        keep = np.argsort(-s, axis=1)[:, :K]
-        best_s, best_i = np.take_along_axis(s, keep, axis=1), np.take_along_axis(i, keep, axis=1)
-    return best_i
 
 
 def numpy_scan(rows: np.ndarray) -> Search:
@@ -114,6 +99,13 @@ def faiss_methods(rows: np.ndarray, fetch: int, threads: list[int]) -> list[tupl
     """(label, setup, search) for each faiss index; ``setup`` sets the thread count."""
     import faiss  # type: ignore[import-not-found]
 
+    def scalar_index(part: np.ndarray, qtype: Any) -> Any:
+        """A scalar-quantized inner-product index of ``part``, trained on its first 100,000 rows."""
+        index = faiss.IndexScalarQuantizer(DIM, qtype, faiss.METRIC_INNER_PRODUCT)
+        index.train(part[:100_000])
+        index.add(part)
+        return index
+
     methods: list[tuple[str, Any, Search]] = []
     built: list[tuple[str, Any, int]] = []
     flat = faiss.IndexFlatIP(DIM)
@@ -121,16 +113,10 @@ def faiss_methods(rows: np.ndarray, fetch: int, threads: list[int]) -> list[tupl
     built.append(("faiss flat f32", flat, K))
     for label, qtype in (("faiss SQ8", faiss.ScalarQuantizer.QT_8bit),
                          ("faiss SQ fp16", faiss.ScalarQuantizer.QT_fp16)):
-        index = faiss.IndexScalarQuantizer(DIM, qtype, faiss.METRIC_INNER_PRODUCT)
-        index.train(rows[: min(len(rows), 100_000)])
-        index.add(rows)
-        built.append((f"{label}, top {fetch} reranked", index, fetch))
-    halves = []
-    for lo, hi in ((0, len(rows) // 2), (len(rows) // 2, len(rows))):
-        half = faiss.IndexScalarQuantizer(DIM, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
-        half.train(rows[lo:min(hi, lo + 100_000)])
-        half.add(rows[lo:hi])
-        halves.append((lo, half))
+        built.append((f"{label}, top {fetch} reranked", scalar_index(rows, qtype), fetch))
+    middle = len(rows) // 2
+    halves = [(lo, scalar_index(rows[lo:hi], faiss.ScalarQuantizer.QT_fp16))
+              for lo, hi in ((0, middle), (middle, len(rows)))]
     pool = ThreadPoolExecutor(max_workers=2)
 
     def half_candidates(part: tuple[int, Any], q: np.ndarray) -> np.ndarray:
@@ -155,15 +141,14 @@ def faiss_methods(rows: np.ndarray, fetch: int, threads: list[int]) -> list[tupl
 def measure(search: Search, queries: np.ndarray, exact: np.ndarray) -> dict[str, float]:
     for q in queries[:3]:
         search(q)  # warm the caches and the thread pool
-    times, hits = [], 0
-    for q, truth in zip(queries, exact, strict=True):
+    times, found = [], []
+    for q in queries:
         t = time.perf_counter()
-        found = search(q)
+        found.append(search(q))
         times.append(time.perf_counter() - t)
-        hits += len(set(found.tolist()) & set(truth.tolist()))
     ms = np.array(times) * 1000
     return {"p50_ms": float(np.percentile(ms, 50)), "p95_ms": float(np.percentile(ms, 95)),
-            "recall_at_10": hits / (K * len(queries))}
+            "recall_at_10": recall_ids(found, exact)}
 
 
 def main() -> None:
@@ -191,7 +176,7 @@ def main() -> None:
                                "sizes": {}}
     for n in sizes:
         rows, queries = load_vectors(args.vectors, n, args.queries, args.seed)
-        exact = exact_top(rows, queries)
+        exact = exact_topk(rows, queries, None)[0]
         print(f"\n{n:,} {args.vectors} unit vectors, {args.queries} queries, single-query p50 / p95 ms")
         print(f"  {'method':<70} {'bytes/row':>9} {'p50':>8} {'p95':>8} {'recall@10':>9}")
         methods: list[tuple[str, Any, Search]] = [("numpy f32 (BLAS matvec), exact", None, numpy_scan(rows))]
