@@ -29,9 +29,10 @@ every contested CPU slice on a shared machine and flatter the baseline.
 It prints hybrid p50 ÷ (raw FTS p50 + raw KNN p50) (target ≤ 1.5) over all
 rounds' samples and round by round (on a shared machine the ratio of one
 60-query pass moved between 1.37 and 1.65 from one run to the next, with the
-same code), and the absolute hybrid p50 at 100k (target < 30 ms). Owners are spread the way a
-busy machine's are: ten agents, two users and org rows; the reader is one
-agent and one user, so it sees about a fifth of the store.
+same code), and the absolute hybrid p50 at 100k (target < 30 ms) and at 1M (< 50 ms).
+Owners are spread the way a busy machine's are: ten agents, two users and
+org rows; the reader is one agent and one user, so it sees about a fifth of
+the store.
 
     .venv/bin/python bench/search.py            # 10k and 100k
     .venv/bin/python bench/search.py --quick    # 2k and 10k, fewer queries
@@ -409,8 +410,10 @@ def report(size: int, m: dict[str, Any]) -> dict[str, Any]:
     print(f"  vector p50 / raw KNN p50 = {derived['ratio_vector_p50_over_raw_knn']:.2f}; "
           f"query embedding as the daemon sees it ~ {derived['daemon_query_embedding_p50_ms']:.1f} ms "
           f"(in process {embed:.1f} ms)")
-    if size >= 100_000:
-        print(f"  hybrid p50 at {size:,}: {hybrid:.1f} ms (target < 30 ms)")
+    # The targets: < 30 ms at 100k; at a million, issue 21's < 50 ms (p95 < 100, a new query < 80).
+    target = {100_000: "< 30 ms", 1_000_000: "< 50 ms"}.get(size)
+    if target:
+        print(f"  hybrid p50 at {size:,}: {hybrid:.1f} ms (target {target})")
     return derived
 
 

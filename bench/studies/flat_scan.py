@@ -18,6 +18,9 @@ what a scan costs when it reads fewer bytes a row: for each size in
 * the float16 scan split in two halves of the rows, searched at once on two
   Python threads (faiss lets go of Python's lock) and merged before the rerank:
   what scanning one owner's rows in parts on the machine's two cores gives;
+* memoryd's own flat owner (store/annindex/flat.py, what the daemon does past
+  ``vector_index_flat_rows``): signed 8-bit codes in a slice a core, each
+  slice's best ranked again by float16 vectors;
 
 each with recall@10 against the exact top 10 (numpy, in blocks), p50 / p95 of
 single-query searches (the daemon searches one query at a time) and the bytes a
@@ -28,9 +31,8 @@ benches' random stores are) or ``real``: all-MiniLM-L6-v2 sentence vectors from
 bench/_corpus.py's cache (its first ``--queries`` vectors are the queries, the
 ``n`` after them the rows; encode them first, see bench/_corpus.py).
 
-faiss-cpu is not a memoryd dependency; install it for the study
-(``.venv/bin/python -m pip install faiss-cpu``, or ``pip install --target DIR`` and
-``PYTHONPATH=DIR``). Without it only the numpy scan runs, and the output says so.
+faiss-cpu is a memoryd dependency since the flat owners (2026-12-07); without
+it only the numpy scan runs, and the output says so.
 
     .venv/bin/python bench/studies/flat_scan.py                       # 100k and 1M random
     .venv/bin/python bench/studies/flat_scan.py --sizes 1000000 --vectors real
@@ -45,6 +47,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -135,7 +138,31 @@ def faiss_methods(rows: np.ndarray, fetch: int, threads: list[int]) -> list[tupl
                             (faiss.omp_set_num_threads, n_threads, index), search))
     methods.append((f"faiss SQ fp16, two halves on two threads, top {fetch} reranked",
                     (faiss.omp_set_num_threads, 1, halves[0][1]), reranked(rows, halves_candidates)))
+    methods.append(memoryd_flat(rows, faiss.omp_set_num_threads))
     return methods
+
+
+def memoryd_flat(rows: np.ndarray, set_threads: Callable[[int], None]) -> tuple[str, Any, Search]:
+    """What the daemon does for an owner past vector_index_flat_rows (store/annindex/flat.py):
+    8-bit codes in a slice a core, searched side by side, each slice's best ranked again by
+    float16, returned in float16's order (not reranked here in float32)."""
+    from memoryd.store.annindex.flat import FlatOwner
+    from memoryd.store.annindex.parts import search_side_by_side
+
+    owner = FlatOwner(1, DIM)
+    for start in range(0, len(rows), 50_000):
+        owner.add(list(range(start, min(start + 50_000, len(rows)))), rows[start:start + 50_000])
+
+    def search(q: np.ndarray) -> np.ndarray:
+        found = [hit for part in search_side_by_side([(part, 0) for part in owner.parts], q, K, None)
+                 for hit in part]
+        found.sort(key=lambda h: h[1])
+        return np.array([label for label, _ in found[:K]], dtype=np.int64)
+
+    part = owner.parts[0]
+    row_bytes = SimpleNamespace(code_size=part.code_size + part.fine.itemsize * DIM)
+    return (f"memoryd flat owner: 8-bit codes, {len(owner.parts)} slices side by side, float16 rerank",
+            (set_threads, 1, row_bytes), search)
 
 
 def measure(search: Search, queries: np.ndarray, exact: np.ndarray) -> dict[str, float]:

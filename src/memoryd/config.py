@@ -119,6 +119,10 @@ class Config:
     vector_index_split_ef: int = _key(1024, "HNSW search beam for each graph holding more than half of "
                                       "vector_index_part_rows vectors (vector_index_ef for smaller graphs, "
                                       "and for searches by kind).")
+    vector_index_flat_rows: int = _key(200000, "An owner's vectors at which they are scanned flat as float16 "
+                                       "codes, a slice a core, instead of walked as HNSW graphs: no build, "
+                                       "768 bytes a vector in RAM, and a search time that does not depend "
+                                       "on the vectors (0: graphs at any size).")
     lexical_index: bool = _key(True, "Once the store holds lexical_index_min_rows active memories, keep a "
                                "tantivy index of their words beside it (false: the store's full-text "
                                "search only, FTS5 or PostgreSQL's tsvector).")
@@ -249,6 +253,9 @@ class Config:
                                self.pg_pool_size)
         if not 0 <= self.pg_lock_timeout_ms <= 10000:  # the same bound, for the same reason
             raise _range_error("pg_lock_timeout_ms", "from 0 to 10000 (10 s)", self.pg_lock_timeout_ms)
+        if self.vector_index_flat_rows < 0:
+            raise _range_error("vector_index_flat_rows", "0 (graphs at any size) or more",
+                               self.vector_index_flat_rows)
         if self.pg_statement_timeout_ms < 0:
             raise _range_error("pg_statement_timeout_ms", "0 (none) or more", self.pg_statement_timeout_ms)
         if self.idempotency_ttl_s < 86400:

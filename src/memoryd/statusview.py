@@ -126,8 +126,11 @@ def vector_index_line(vi: dict[str, Any] | None) -> Text | None:
     # An owner past vector_index_part_rows has several graphs (status "parts"; "graphs": owners).
     parts = vi.get("parts", vi["graphs"])
     owners = "owners" if parts == vi["graphs"] else f"{vi['graphs']} owner(s)"
+    # An owner past vector_index_flat_rows is scanned flat instead (status "flat_owners").
+    flat = (f"; {vi['vectors_scanned_flat']:,} vectors of {vi['flat_owners']} owner(s) scanned flat"
+            if vi.get("flat_owners") else "")
     return Text(f"vector index: {state}; {parts} graph(s) of {owners} with "
-                f"{vi['min_rows']:,}+ vectors, {vi['vectors_in_graphs']:,} vectors{behind}")
+                f"{vi['min_rows']:,}+ vectors, {vi['vectors_in_graphs']:,} vectors{flat}{behind}")
 
 
 def lexical_index_line(li: dict[str, Any] | None) -> Text | None:

@@ -178,3 +178,41 @@ def test_forget_leaves_no_vector_or_text_bytes_in_any_index_file(root: DaemonFol
     assert daemon.stop() == 0
     files = b"".join(p.read_bytes() for p in directory.iterdir())
     assert stored not in files
+
+
+def test_an_owner_scanned_flat_after_kill_9_and_after_a_forget(root: DaemonFolder) -> None:
+    """a1 (3,000 vectors) past vector_index_flat_rows is scanned flat: killed while it is built,
+    the daemon builds it again from the store; a forgotten row is never found again, and no file
+    ever holds a1's vectors."""
+    daemon = new_daemon(root, "annflat", {**CONFIG, "vector_index_flat_rows": 2500,
+                                          "retention_interval_s": 1.0})
+    make_dirs(daemon.data_dir)
+    engine, seqs, vecs = make_store(daemon.data_dir / "memoryd.db", OWNERS)
+    engine.dispose()
+    daemon.start()
+    kill9(daemon)
+    daemon.start()
+    vi = wait_graphs(daemon, 1)  # a2's graphs; a1 scanned flat
+    assert (vi["flat_owners"], vi["vectors_scanned_flat"]) == (1, 3000), vi
+    daemon.wait_embedded()
+    result = daemon.search("deploy the staging database", mode="vector", k=10, agent_id="a1")
+    with daemon.engine().connect() as conn:
+        a1 = {r[0] for r in conn.execute(text("SELECT id FROM memories WHERE owner = 'a1'"))}
+        victim_id = conn.execute(text("SELECT id FROM memories WHERE seq = :s"),
+                                 {"s": seqs["agent:a1"][42]}).scalar_one()
+    assert len(result["results"]) == 10 and {r["id"] for r in result["results"]} <= a1, result
+    daemon.call("memory.forget", {"id": victim_id, "reason": "test"})
+    deadline = time.monotonic() + 60
+    while daemon.status()["vector_index"]["vectors_scanned_flat"] != 2999:
+        assert time.monotonic() < deadline, daemon.log_tail()
+        time.sleep(0.3)
+    assert daemon.stop() == 0
+    directory = daemon.data_dir / "index" / "vectors"
+    files = b"".join(p.read_bytes() for p in directory.iterdir())
+    a1_vectors = vecs[:3000]  # a1's rows come first
+    for vec in (a1_vectors[0], a1_vectors[42], a1_vectors[2999]):
+        assert (vec / np.linalg.norm(vec)).astype(np.float32).tobytes() not in files
+        assert vec.astype(np.float16).tobytes() not in files
+    with daemon.engine().connect() as conn:
+        a2 = int(conn.execute(text("SELECT id FROM vector_owners WHERE scope_key = 'agent:a2'")).scalar_one())
+    assert saved_labels(daemon.data_dir) == {a2: store_truth(daemon)[a2]}  # the graphs' files: a2's alone

@@ -5,23 +5,19 @@ the parts saved, reloaded, caught up and erased as one owner's graph was."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from sqlalchemy import Engine, text
 
-from memoryd.store.annindex import index_set as ann_set
 from memoryd.store.annindex.graph import OwnerIndex
 from memoryd.store.annindex.index_set import AnnSet
 from memoryd.store.annindex.parts import OwnerGraphs
-from tests.ann._store import DIM, clustered, make_store
+from tests.ann._store import DIM, clustered
+from tests.ann.conftest import BIG, OTHER, SMALL
 from tests.ann.test_ann_set import approx, exact, index_bytes, seq_list
 
-BIG = "agent:big"
-OTHER = "agent:other"
-SMALL = "user:u1"
 MIN_ROWS = 2000
 PART_ROWS = 1000
 
@@ -99,15 +95,6 @@ def test_parts_must_start_at_zero_in_increasing_order() -> None:
 
 
 # -- the parts in an AnnSet beside a store --------------------------------------------------------
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[tuple[Engine, dict[str, list[int]], np.ndarray, Path]]:
-    engine, seqs, vecs = make_store(tmp_path / "memoryd.db", {BIG: 6000, OTHER: 3000, SMALL: 300},
-                                    kinds=("fact", "fact", "fact", "decision"))
-    yield engine, seqs, vecs, tmp_path / "index"
-    ann_set.detach(engine)
-    engine.dispose()
-
-
 def opened(engine: Engine, directory: Path, part_rows: int = PART_ROWS) -> AnnSet:
     ann = AnnSet(engine, directory, min_rows=MIN_ROWS, threads=2, save_every=10**9, part_rows=part_rows)
     ann.open()
@@ -119,8 +106,8 @@ def owner_ids(engine: Engine) -> dict[str, int]:
         return {str(k): int(v) for k, v in conn.execute(text("SELECT scope_key, id FROM vector_owners"))}
 
 
-def test_a_large_owner_is_built_in_parts_and_saved_one_file_each(store) -> None:
-    engine, seqs, _, directory = store
+def test_a_large_owner_is_built_in_parts_and_saved_one_file_each(owners_store) -> None:
+    engine, seqs, _, directory = owners_store
     ann = opened(engine, directory)
     ids = owner_ids(engine)
     big, other = ann.indexes[ids[BIG]], ann.indexes[ids[OTHER]]
@@ -135,8 +122,8 @@ def test_a_large_owner_is_built_in_parts_and_saved_one_file_each(store) -> None:
     assert ann.status()["parts"] == 9 and ann.status()["graphs"] == 2
 
 
-def test_recall_across_parts_and_owners_against_the_exact_scan(store) -> None:
-    engine, _, _, directory = store
+def test_recall_across_parts_and_owners_against_the_exact_scan(owners_store) -> None:
+    engine, _, _, directory = owners_store
     ann = opened(engine, directory)
     keys = [BIG, OTHER, SMALL]
     overlap = [len(set(approx(engine, ann, q, 40, keys)[:10]) & set(exact(engine, q, 10, keys))) / 10
@@ -144,8 +131,8 @@ def test_recall_across_parts_and_owners_against_the_exact_scan(store) -> None:
     assert np.mean(overlap) >= 0.95, np.mean(overlap)
 
 
-def test_a_kind_is_applied_inside_every_part(store) -> None:
-    engine, seqs, vecs, directory = store
+def test_a_kind_is_applied_inside_every_part(owners_store) -> None:
+    engine, seqs, vecs, directory = owners_store
     ann = opened(engine, directory)
     query = vecs[seqs[BIG][10] - 1]
     got = approx(engine, ann, query, 30, [BIG], kind="decision")
@@ -157,8 +144,8 @@ def test_a_kind_is_applied_inside_every_part(store) -> None:
     assert kinds == {"decision"}
 
 
-def test_a_forgotten_vector_leaves_its_part_and_every_file(store) -> None:
-    engine, seqs, _, directory = store
+def test_a_forgotten_vector_leaves_its_part_and_every_file(owners_store) -> None:
+    engine, seqs, _, directory = owners_store
     ann = opened(engine, directory)
     victim = seqs[BIG][4321]
     graphs = ann.indexes[owner_ids(engine)[BIG]]
@@ -175,10 +162,10 @@ def test_a_forgotten_vector_leaves_its_part_and_every_file(store) -> None:
     assert stored not in index_bytes(directory)
 
 
-def test_new_rows_past_a_full_part_start_one_that_survives_a_crash(store, tmp_path: Path) -> None:
+def test_new_rows_past_a_full_part_start_one_that_survives_a_crash(owners_store, tmp_path: Path) -> None:
     """Rows written after the save go into a new part; killed before the next save, the daemon
     loads the saved parts and catches up from the log, each row in one part, once."""
-    engine, seqs, vecs, directory = store
+    engine, seqs, vecs, directory = owners_store
     ann = opened(engine, directory)
     big = owner_ids(engine)[BIG]
     moved = seqs[SMALL][:250]  # above every BIG row: they fill the last part (full) -> a new part
@@ -203,9 +190,9 @@ def test_new_rows_past_a_full_part_start_one_that_survives_a_crash(store, tmp_pa
     assert approx(engine, again, vecs[moved[5] - 1], 1, [BIG]) == [moved[5]]
 
 
-def test_a_format_2_set_is_loaded_as_one_part_an_owner(store) -> None:
+def test_a_format_2_set_is_loaded_as_one_part_an_owner(owners_store) -> None:
     """Graphs saved before parts existed are kept, not rebuilt: one part each, new parts above."""
-    engine, seqs, _, directory = store
+    engine, seqs, _, directory = owners_store
     opened(engine, directory, part_rows=100_000)
     path = directory / "manifest.json"
     manifest = json.loads(path.read_text())
@@ -220,12 +207,12 @@ def test_a_format_2_set_is_loaded_as_one_part_an_owner(store) -> None:
 
 
 def test_a_graph_past_half_a_part_is_searched_at_split_ef_unless_a_kind_filters(
-        store, monkeypatch: pytest.MonkeyPatch) -> None:
+        owners_store, monkeypatch: pytest.MonkeyPatch) -> None:
     """A graph holding more than part_rows / 2 vectors at vector_index_split_ef (one graph of
     100,000 finds 0.92 of the exact top 10 at ef 512 on crowded real vectors, 50,000 find
     0.97), whether it is a full part of a split owner or a whole owner's graph; a smaller
     graph, and any graph in a search by kind, at ef."""
-    engine, _, vecs, directory = store
+    engine, _, vecs, directory = owners_store
     ann = AnnSet(engine, directory, min_rows=MIN_ROWS, save_every=10**9, part_rows=4000, ef=64, split_ef=96)
     ann.open()
     ids = owner_ids(engine)

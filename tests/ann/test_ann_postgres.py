@@ -228,3 +228,30 @@ def test_a_quiet_daemon_keeps_its_place_in_the_log(store, tmp_path: Path,
         assert fresh and mark == ann.saved.mark
     finally:
         ann.stop()
+
+
+def test_an_owner_past_flat_rows_is_scanned_from_pgvectors_rows(store, tmp_path: Path) -> None:
+    """BIG (2,500 vectors) past flat_rows is scanned flat: the rows the exact scan finds, other
+    writers' rows and erasures through the log, and no file for it."""
+    engine, seqs, vecs = store
+    directory = tmp_path / "index"
+    ann = AnnSet(engine, directory, min_rows=MIN_ROWS, threads=2, save_every=10**9, part_rows=PART_ROWS,
+                 flat_rows=2000)
+    ann.open()
+    with engine.connect() as conn:
+        big = ann.source.owner_ids(conn, [BIG])[BIG]
+    assert ann.sizes() == {"graphs": 1, "parts": 1, "vectors_in_graphs": 1200, "flat_owners": 1,
+                           "vectors_scanned_flat": 2500}
+    keys = [BIG, OTHER, SMALL]
+    overlap = [len(set(search(engine, ann, q, 10, keys)) & set(search(engine, None, q, 10, keys))) / 10
+               for q in clustered(30, seed=98)]
+    assert np.mean(overlap) >= 0.97, np.mean(overlap)
+    added = add_rows(engine, BIG, clustered(3, seed=41))
+    victim = seqs[BIG][42]
+    with engine.begin() as conn:
+        assert vectors.erase(conn, [victim]) == 1
+    ann.catch_up()
+    assert owner_labels(ann, BIG) == store_active(engine, BIG) and set(added) <= owner_labels(ann, BIG)
+    assert victim not in search(engine, ann, vecs[42], 10, [BIG])
+    ann.save()
+    assert all(f"owner-{big}-" not in path.name for path in directory.iterdir())

@@ -169,7 +169,9 @@ def reindex_cmd(data_dir: str | None, config_path: str | None, as_json: bool) ->
     vectors: this drops them and builds them for every owner with at least
     ``vector_index_min_rows`` vectors (split into graphs of
     ``vector_index_part_rows``), as the daemon does at start when they are
-    missing. The lexical index (``<data dir>/index/lexical/``) is dropped and
+    missing. An owner with ``vector_index_flat_rows`` vectors or more is
+    scanned flat instead and has no file: the daemon reads its vectors at
+    each start. The lexical index (``<data dir>/index/lexical/``) is dropped and
     built again when the store holds ``lexical_index_min_rows`` active
     memories. Use it when ``memoryd status`` shows an index failing, after
     restoring the database from a backup, or to split a graph saved before
@@ -232,7 +234,8 @@ def _reindex_graphs(cfg: Any, engine: Any, as_json: bool) -> dict[str, Any]:
 
     directory = cfg.resolved_data_dir() / "index" / "vectors"
     shutil.rmtree(directory, ignore_errors=True)
-    out: dict[str, Any] = {"graphs": 0, "parts": 0, "vectors_in_graphs": 0, "directory": str(directory)}
+    out: dict[str, Any] = {"graphs": 0, "parts": 0, "vectors_in_graphs": 0, "flat_owners": 0,
+                           "vectors_scanned_flat": 0, "directory": str(directory)}
     if not cfg.vector_index:
         drop_unread_log(engine)
         return {**out, "vectors": None, "seconds": 0.0,
@@ -241,21 +244,23 @@ def _reindex_graphs(cfg: Any, engine: Any, as_json: bool) -> dict[str, Any]:
         click.echo(f"building the graphs of owners with {cfg.vector_index_min_rows}+ vectors...", err=True)
     t0 = time.perf_counter()
     ann = AnnSet(engine, directory, min_rows=cfg.vector_index_min_rows, ef=cfg.vector_index_ef,
-                 part_rows=cfg.vector_index_part_rows, split_ef=cfg.vector_index_split_ef)
+                 part_rows=cfg.vector_index_part_rows, split_ef=cfg.vector_index_split_ef,
+                 flat_rows=cfg.vector_index_flat_rows)
     ann.ensure_log()
     ann.open()
-    return {**out, "graphs": len(ann.indexes), "parts": sum(len(g.parts) for g in ann.indexes.values()),
-            "vectors_in_graphs": sum(g.count() for g in ann.indexes.values()),
-            "vectors": ann.counts.total(), "seconds": round(time.perf_counter() - t0, 1)}
+    return {**out, **ann.sizes(), "vectors": ann.counts.total(),
+            "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def _echo_graphs(summary: dict[str, Any]) -> None:
     if "reason" in summary:
         click.echo(f"HNSW graphs: not built: {summary['reason']}")
         return
+    flat = (f"; {summary['vectors_scanned_flat']} vectors of {summary['flat_owners']} owner(s) are "
+            "scanned flat (kept in memory, not in files)") if summary.get("flat_owners") else ""
     click.echo(f"built {summary['parts']} graph(s) for {summary['graphs']} owner(s), holding "
                f"{summary['vectors_in_graphs']} of {summary['vectors']} vectors in {summary['seconds']} s "
-               f"({summary['directory']})")
+               f"({summary['directory']}){flat}")
 
 
 def _echo_lexical(lexical: dict[str, Any]) -> None:

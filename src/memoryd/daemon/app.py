@@ -188,7 +188,8 @@ class Daemon:
         self.ann = ann_set.AnnSet(engine, directory,
                                   min_rows=self.cfg.vector_index_min_rows, ef=self.cfg.vector_index_ef,
                                   part_rows=self.cfg.vector_index_part_rows,
-                                  split_ef=self.cfg.vector_index_split_ef)
+                                  split_ef=self.cfg.vector_index_split_ef,
+                                  flat_rows=self.cfg.vector_index_flat_rows)
         self.ann.start()
         ann_set.attach(engine, self.ann)
 

@@ -125,7 +125,14 @@ class OwnerIndex:
         #: Changes since the last save.
         self.dirty = 0
 
+    #: A filter is a Python call per visited node, which takes the GIL (parts.py).
+    calls_python_filter = True
+
     # -- contents ----------------------------------------------------------------------------
+    def size(self) -> int:
+        """Labels stored, deleted ones included."""
+        return int(self.index.element_count)
+
     def contains(self, label: int) -> bool:
         """Whether ``label`` is stored and not deleted."""
         try:

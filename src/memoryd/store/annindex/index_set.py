@@ -6,7 +6,9 @@ any search. At a million memories that scan costs 270 ms on SQLite, and
 pgvector's one HNSW index over every row finds 0.37 of the exact top 10 of real
 sentence vectors, so an owner (one scope and owner pair) with at least
 ``min_rows`` vectors also gets HNSW graphs (store/annindex/graph.py), split into
-parts of at most ``part_rows`` (parts.py). What the graphs read from the store
+parts of at most ``part_rows`` (parts.py); an owner with at least ``flat_rows``
+is scanned flat instead, as float16 codes in memory (flat.py: on vectors
+without neighbourhoods a graph costs what a scan costs). What the graphs read from the store
 (the change log, the rows, the owners' ids) each backend gives in its own way
 (source.py). A search asks each visible large owner's graph for its
 nearest rows (a graph holds only its owner's active rows; a kind is applied
@@ -19,7 +21,8 @@ The four rules of DESIGN.md's "Indexes beside the store of record":
 
 * **Rebuildable.** The graphs are files under ``<data dir>/index/vectors/``,
   named in ``manifest.json``; deleting the folder (or ``memoryd store
-  reindex``) rebuilds them from the store.
+  reindex``) rebuilds them from the store. A flat owner has no file: it is
+  built from the store at each start.
 * **Crash-consistent.** Triggers append the ``seq`` of every memory whose
   vector, status, kind or owner changes to ``vector_index_log``, in the
   writer's transaction (store/sqlite/ann_log.py, store/postgres/ann_log.py).
@@ -59,6 +62,7 @@ import structlog
 from sqlalchemy import Connection, Engine
 
 from memoryd.privatefs import make_dirs
+from memoryd.store.annindex.flat import FlatOwner, FlatSlice
 from memoryd.store.annindex.graph import MIN_CAPACITY, OwnerIndex
 from memoryd.store.annindex.parts import PART_ROWS, SPLIT_EF, OwnerGraphs, search_side_by_side
 from memoryd.store.annindex.source import VectorSource
@@ -96,7 +100,15 @@ BEHIND_CAP = 1_000_000
 #: Above every seq (the upper bound of a seq range that means "all of them").
 _NO_SEQ_ABOVE = 2**62
 
+#: Vectors at which an owner is scanned flat instead of walked as graphs (store/annindex/flat.py):
+#: more than two parts' worth. A million of them: a float16 scan in two slices 25.3 ms p50 on any
+#: vectors (bench/studies/flat_scan.py), ten graphs 9.5 ms on real sentence vectors and 84 ms on
+#: random ones, where they also found only 0.895 of the exact top 10.
+FLAT_ROWS = 200_000
+
 Exact = Callable[[Sequence[str], int], list[tuple[int, float]]]
+#: What the set keeps for a large owner: its graphs, or its flat slices.
+OwnerVectors = OwnerGraphs | FlatOwner
 
 
 def source_for(engine: Engine) -> VectorSource:
@@ -167,7 +179,7 @@ class AnnSet(IndexThread):
 
     def __init__(self, engine: Engine, directory: Path, *, min_rows: int = 20000, ef: int = 512,
                  threads: int = 2, save_every: int = 20000, part_rows: int = PART_ROWS,
-                 split_ef: int = SPLIT_EF, source: VectorSource | None = None):
+                 split_ef: int = SPLIT_EF, flat_rows: int = FLAT_ROWS, source: VectorSource | None = None):
         super().__init__()
         self.engine = engine
         self.source = source or source_for(engine)
@@ -179,8 +191,10 @@ class AnnSet(IndexThread):
         self.threads = threads
         self.save_every = save_every
         self.part_rows = part_rows
+        #: Vectors at which an owner is scanned flat (0: never).
+        self.flat_rows = flat_rows
         self._lock = threading.RLock()
-        self.indexes: dict[int, OwnerGraphs] = {}
+        self.indexes: dict[int, OwnerVectors] = {}
         self.owner_of = np.full(0, -1, dtype=np.int32)
         self.kind_code = np.zeros(0, dtype=np.uint8)
         self.counts = OwnerCounts()
@@ -203,6 +217,8 @@ class AnnSet(IndexThread):
         #: When this reader's position was last recorded in the log (PostgreSQL).
         self._seen_at = time.monotonic()
         self.error: str | None = None
+        #: The manifest names files of an owner no longer kept as graphs: the next save rewrites it.
+        self._manifest_stale = False
 
     # -- life --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -300,7 +316,7 @@ class AnnSet(IndexThread):
                 if len(entries) < LOG_PAGE:
                     return done
 
-    def _apply(self, conn: Connection, seqs: Iterable[int], graphs: dict[int, OwnerGraphs]) -> None:
+    def _apply(self, conn: Connection, seqs: Iterable[int], graphs: dict[int, OwnerVectors]) -> None:
         """Make the arrays and ``graphs`` match the store for each memory in ``seqs``.
 
         Decided from the store's current row alone (never from what the arrays
@@ -332,7 +348,7 @@ class AnnSet(IndexThread):
             target = graphs.get(home)
             if target is not None:
                 vec = row.vector
-                if not target.contains(seq) or not _same(target, seq, vec):
+                if not target.contains(seq) or not target.same(seq, vec):
                     pending.setdefault(home, []).append((seq, vec))
         # Inserts go in groups, on the build's threads: one at a time cost a call and a lock each,
         # and the graph caught up at 120-250 vectors/s during an import (bench/import.py).
@@ -365,21 +381,31 @@ class AnnSet(IndexThread):
 
     # -- building ----------------------------------------------------------------------------
     def _build_grown(self) -> None:
-        """Build a graph for each owner that reached ``min_rows`` and has none."""
+        """Build a graph for each owner that reached ``min_rows`` and has none, and flat slices
+        for each owner that reached ``flat_rows`` and has graphs or nothing (a flat owner that
+        shrinks stays flat until the next start)."""
         if self.dim is None:
             with read_only(self.engine) as conn:
                 self.dim, self.model = self.source.settings(conn)
-        for owner, _count in self.counts.at_least(self.min_rows):
-            if owner not in self.indexes and not self._stop.is_set():
-                self.build(owner)
+        for owner, count in self.counts.at_least(self.min_rows):
+            if self._stop.is_set():
+                return
+            flat = self._flat(count)
+            have = self.indexes.get(owner)
+            if have is None or (flat and not isinstance(have, FlatOwner)):
+                self.build(owner, flat=flat)
 
-    def build(self, owner: int) -> OwnerGraphs | None:
-        """Build ``owner``'s graph from the store (the lock is not held meanwhile: searches use the
-        exact scan for it), then apply what the log gained while it was built, and install it.
-        None when the daemon began to stop meanwhile."""
+    def _flat(self, count: int) -> bool:
+        return 0 < self.flat_rows <= count
+
+    def build(self, owner: int, *, flat: bool = False) -> OwnerVectors | None:
+        """Build ``owner``'s graphs (or flat slices) from the store (the lock is not held
+        meanwhile: searches use the exact scan for it, or what it had), then apply what the log
+        gained while it was built, and install it. None when the daemon began to stop meanwhile."""
         assert self.dim is not None
         t0 = time.perf_counter()
-        graph = OwnerGraphs(owner, self.dim, part_rows=self.part_rows)
+        graph: OwnerVectors = (FlatOwner(owner, self.dim) if flat
+                               else OwnerGraphs(owner, self.dim, part_rows=self.part_rows))
         # Short read transactions, never one for the whole build: a reader held for minutes would
         # keep the WAL from being checkpointed, and with it the pages a forget just erased.
         # Whatever changes meanwhile is in the log after ``since`` and is applied below.
@@ -401,9 +427,14 @@ class AnnSet(IndexThread):
             with read_only(self.engine) as conn:
                 changed = self.log.seqs_since(conn, since, self.applied, 0, _NO_SEQ_ABOVE)
                 self._apply(conn, changed, {owner: graph})
+            replaced = self.indexes.get(owner)
             self.indexes[owner] = graph
+            if replaced is not None:
+                # Its graphs' files leave now: erasures no longer reach a graph out of the set.
+                self._manifest_stale = True
+                self.save()
         self.build_seconds[owner] = time.perf_counter() - t0
-        log.info("ann.built", owner_id=owner, vectors=graph.count(), parts=len(graph.parts),
+        log.info("ann.built", owner_id=owner, vectors=graph.count(), parts=len(graph.parts), flat=flat,
                  s=round(self.build_seconds[owner], 1))
         return graph
 
@@ -447,7 +478,7 @@ class AnnSet(IndexThread):
         hits.sort(key=lambda h: h[1])
         return hits[:k]
 
-    def _ef(self, part: OwnerIndex, allowed: Callable[[int], bool] | None) -> int:
+    def _ef(self, part: OwnerIndex | FlatSlice, allowed: Callable[[int], bool] | None) -> int:
         """The beam for one graph: ``split_ef`` for a graph holding more than half of
         ``part_rows`` vectors (a full part of a split owner, or a whole owner's graph that
         large), ``ef`` for smaller ones, and ``ef`` whenever a kind filter runs (the filtered
@@ -457,28 +488,25 @@ class AnnSet(IndexThread):
         graphs of 100,000 found 0.990 at 512 (bench/studies/ann_million_real.py). An owner
         below ``part_rows`` was searched at ``ef`` before: three graphs of 50,000 - 100,000
         found 0.939 of the exact top 10 over 200 questions at 512, 0.966 at 1,024
-        (bench/search.py --vectors real, owners spread)."""
-        if allowed is None and int(part.index.element_count) > self.part_rows // 2:
+        (bench/search.py --vectors real, owners spread). A flat slice has no beam."""
+        if allowed is None and part.size() > self.part_rows // 2:
             return self.split_ef
         return self.ef
 
-    def _kind_filter(self, kind: str | None) -> Callable[[int], bool] | None:
+    def _kind_filter(self, kind: str | None) -> KindFilter | None:
         """None without a kind: the graphs hold active rows only, so the common search calls no
         Python per visited node (hnswlib takes the GIL for each call: 7,458 calls a query at ef
         256 for a 5 % filter, bench/studies/ann_candidates.py)."""
         if kind is None:
             return None
-        want = self.kinds.known(kind)
-        if want is None:
-            return lambda label: False
-        kd = self.kind_code
-        return lambda label: int(kd[label]) == want
+        return KindFilter(self.kind_code, self.kinds.known(kind))
 
     # -- files -------------------------------------------------------------------------------
     def save(self) -> None:
         """Write the changed graphs under a new generation, then the manifest, then trim the log."""
         with self._lock:
-            if self.saved == self.applied and not any(g.dirty for g in self.indexes.values()):
+            if (self.saved == self.applied and not self._manifest_stale
+                    and not any(g.dirty for g in self.indexes.values())):
                 return
             make_dirs(self.dir)
             with read_only(self.engine) as conn:
@@ -486,6 +514,8 @@ class AnnSet(IndexThread):
             gen = self.generation + 1
             files: dict[str, dict[str, Any]] = {}
             for owner, graphs in self.indexes.items():
+                if isinstance(graphs, FlatOwner):
+                    continue  # built from the store at each start: no file
                 entries = []
                 for i, (lo, part) in enumerate(zip(graphs.los, graphs.parts, strict=True)):
                     if part.dirty or part.path is None:
@@ -499,6 +529,7 @@ class AnnSet(IndexThread):
                         "generation": gen, "owners": files, **self.source.manifest_state()}
             write_json(self.dir / "manifest.json", manifest)
             self.generation, self.saved, self.unsaved = gen, self.applied, 0
+            self._manifest_stale = False
             self._seen_at = time.monotonic()
             keep = {part["file"] for entry in files.values() for part in entry["parts"]} | {"manifest.json"}
             for path in self.dir.iterdir():
@@ -526,9 +557,9 @@ class AnnSet(IndexThread):
             return None
         return dict(manifest)
 
-    def _load(self, manifest: dict[str, Any]) -> dict[int, OwnerGraphs]:
+    def _load(self, manifest: dict[str, Any]) -> dict[int, OwnerVectors]:
         assert self.dim is not None
-        out: dict[int, OwnerGraphs] = {}
+        out: dict[int, OwnerVectors] = {}
         for owner, entry in manifest.get("owners", {}).items():
             # Format 2 named one file an owner: it is loaded as that owner's only part.
             entries = entry.get("parts") or [{"file": entry.get("file"), "lo": 0,
@@ -554,14 +585,20 @@ class AnnSet(IndexThread):
         room = self.part_rows - count if count < self.part_rows else count // 4
         return max(MIN_CAPACITY, room)
 
+    def sizes(self) -> dict[str, int]:
+        """Graph owners, their parts and vectors; flat owners and their vectors."""
+        indexes = list(self.indexes.values())
+        graphs = [g for g in indexes if isinstance(g, OwnerGraphs)]
+        flat = [g for g in indexes if isinstance(g, FlatOwner)]
+        return {"graphs": len(graphs), "parts": sum(len(g.parts) for g in graphs),
+                "vectors_in_graphs": sum(g.count() for g in graphs),
+                "flat_owners": len(flat), "vectors_scanned_flat": sum(g.count() for g in flat)}
+
     def status(self) -> dict[str, Any]:
         """What ``memoryd status`` shows of the graphs (``behind``: log entries not applied yet)."""
         with read_only(self.engine) as conn:
             behind = self.log.behind(conn, self.applied, BEHIND_CAP)
-        graphs = dict(self.indexes)
-        return {"ready": self.ready.is_set(), "graphs": len(graphs),
-                "parts": sum(len(g.parts) for g in graphs.values()),
-                "vectors_in_graphs": sum(g.count() for g in graphs.values()),
+        return {"ready": self.ready.is_set(), **self.sizes(), "flat_rows": self.flat_rows,
                 "behind": behind, "saved_log_id": self.saved.mark,
                 "min_rows": self.min_rows, "ef": self.ef, "split_ef": self.split_ef,
                 "part_rows": self.part_rows, "error": self.error,
@@ -586,10 +623,24 @@ def _position_of(manifest: dict[str, Any] | None) -> Position:
     return Position.from_json(manifest.get("position", manifest.get("log_id", 0)))
 
 
-def _same(graph: OwnerGraphs, label: int, vec: np.ndarray) -> bool:
-    stored = graph.vector(label)
-    norm = float(np.linalg.norm(vec))
-    return norm > 0 and bool(np.allclose(stored, vec / norm, atol=1e-6))
+class KindFilter:
+    """Whether a label's kind is the one asked for: a call per label (a graph walk's filter) or
+    a mask over many (a flat scan's)."""
+
+    def __init__(self, codes: np.ndarray, want: int | None):
+        self.codes = codes
+        self.want = want
+
+    def __call__(self, label: int) -> bool:
+        return self.want is not None and int(self.codes[label]) == self.want
+
+    def mask(self, labels: np.ndarray) -> np.ndarray:
+        if self.want is None:
+            return np.zeros(len(labels), dtype=bool)
+        inside = labels < len(self.codes)
+        out = np.zeros(len(labels), dtype=bool)
+        out[inside] = self.codes[labels[inside]] == self.want
+        return out
 
 
 def _resized(arr: np.ndarray, size: int, fill: int) -> np.ndarray:

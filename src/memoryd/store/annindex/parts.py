@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from memoryd.store.annindex.flat import FlatSlice
 from memoryd.store.annindex.graph import Filter, OwnerIndex
 
 #: Labels a part is filled to before the next row above it starts a new part. At 100,000
@@ -102,6 +103,11 @@ class OwnerGraphs:
         """The stored (normalised) floats of ``label`` (it must be present)."""
         return np.asarray(self.part_of(label).index.get_items([label])[0], dtype=np.float32)
 
+    def same(self, label: int, vec: np.ndarray) -> bool:
+        """Whether ``label`` holds ``vec`` (normalised, as stored)."""
+        norm = float(np.linalg.norm(vec))
+        return norm > 0 and bool(np.allclose(self.vector(label), vec / norm, atol=1e-6))
+
     def count(self) -> int:
         """Labels in every part, deleted ones included (hnswlib keeps their slots)."""
         return sum(int(part.index.element_count) for part in self.parts)
@@ -165,17 +171,19 @@ def _search_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def search_side_by_side(graphs: Sequence[tuple[OwnerIndex, int]], query: np.ndarray, k: int,
+def search_side_by_side(graphs: Sequence[tuple[OwnerIndex | FlatSlice, int]], query: np.ndarray, k: int,
                         allowed: Filter | None) -> list[list[tuple[int, float]]]:
     """Each graph's ``k`` nearest labels at its own ef (``graphs``: (graph, ef) pairs), in the
     order given. hnswlib searches without the GIL, so several graphs are searched side by side,
     on as many threads as the machine has cores, unless ``allowed`` is given: hnswlib takes the
     GIL for each call of it (thousands a search), and two threads taking turns at it were
     slower than one thread searching the graphs one after another (4 graphs of 50,000 real
-    vectors, a 25 % filter, ef 512: p50 17 - 19 ms on the pool against 12 - 13 ms in turn)."""
-    def one(job: tuple[OwnerIndex, int]) -> list[tuple[int, float]]:
+    vectors, a 25 % filter, ef 512: p50 17 - 19 ms on the pool against 12 - 13 ms in turn).
+    Flat slices (flat.py) apply a filter as a bitmap, without the GIL, so they are searched
+    side by side either way."""
+    def one(job: tuple[OwnerIndex | FlatSlice, int]) -> list[tuple[int, float]]:
         return job[0].search(query, k, job[1], allowed)
 
-    if len(graphs) > 1 and allowed is None:
+    if len(graphs) > 1 and (allowed is None or not any(g.calls_python_filter for g, _ in graphs)):
         return list(_search_pool().map(one, graphs))
     return [one(job) for job in graphs]
