@@ -217,11 +217,13 @@ class FlatSlice:
             n = self.size()
             if self.live_count == 0 or k <= 0:
                 return []
-            params = None
+            params = selector = None
             if self.erased or allowed is not None:
+                # The bitmap and its selector stay referenced here until the search returns.
                 bitmap = self.live if allowed is None else self._filtered(allowed, n)
+                selector = faiss.IDSelectorBitmap(n, faiss.swig_ptr(bitmap))
                 params = faiss.SearchParameters()
-                params.sel = faiss.IDSelectorBitmap(n, faiss.swig_ptr(bitmap))
+                params.sel = selector
             q = np.asarray(query, dtype=np.float32).reshape(-1)
             norm = float(np.linalg.norm(q))
             unit = q / norm if norm > 0 else q
