@@ -37,3 +37,13 @@ def test_owners_split_into_several_graphs_say_how_many_graphs() -> None:
     line = vector_index_line({**READY, "graphs": 2, "parts": 7})
     assert line is not None
     assert line.plain.startswith("vector index: ready; 7 graph(s) of 2 owner(s) with 20,000+ vectors,")
+
+
+def test_owners_scanned_flat_say_how_many_vectors() -> None:
+    line = vector_index_line({**READY, "graphs": 1, "parts": 2, "vectors_in_graphs": 150000,
+                              "flat_owners": 1, "vectors_scanned_flat": 1000000})
+    assert line is not None
+    assert line.plain == ("vector index: ready; 2 graph(s) of 1 owner(s) with 20,000+ vectors, "
+                          "150,000 vectors; 1,000,000 vectors of 1 owner(s) scanned flat")
+    # A daemon from before flat owners says nothing of them.
+    assert "flat" not in vector_index_line(READY).plain  # type: ignore[union-attr]

@@ -41,11 +41,15 @@ import math
 import os
 import threading
 from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-import faiss
 import numpy as np
 
 from memoryd.store.annindex.graph import GraphLock
+
+if TYPE_CHECKING:
+    import faiss
 
 #: A slice compacts when this share of its slots are erased (and at least COMPACT_MIN of them).
 COMPACT_FRACTION = 0.125
@@ -55,19 +59,26 @@ FETCH = 100
 #: Slots added to a slice's arrays when they fill (a quarter more).
 GROWTH = 1.25
 
-_omp_lock = threading.Lock()
-_omp_set = False
+_load_lock = threading.Lock()
+_module: ModuleType | None = None
 
 
-def _one_omp_thread() -> None:
-    """faiss splits a search by query, so its OpenMP team only spins beside a single query:
-    the slices are searched on the daemon's own threads instead (bench/studies/flat_scan.py:
-    32.6 ms at two faiss threads against 32.1 at one, for a million float16 rows)."""
-    global _omp_set
-    with _omp_lock:
-        if not _omp_set:
-            faiss.omp_set_num_threads(1)
-            _omp_set = True
+def _faiss() -> ModuleType:
+    """faiss-cpu, imported when the first flat owner is made: a daemon without one does not pay
+    its import (0.1 s, 15 MB of RSS).
+
+    faiss splits a search by query, so its OpenMP team only spins beside a single query: the
+    slices are searched on the daemon's own threads instead, and faiss gets one (bench/studies/
+    flat_scan.py: 32.6 ms at two faiss threads against 32.1 at one, for a million float16 rows)."""
+    global _module
+    if _module is None:
+        with _load_lock:
+            if _module is None:
+                import faiss
+
+                faiss.omp_set_num_threads(1)
+                _module = faiss
+    return _module
 
 
 def scale(dim: int) -> float:
@@ -84,7 +95,6 @@ class FlatSlice:
     calls_python_filter = False
 
     def __init__(self, dim: int):
-        _one_omp_thread()
         self.dim = dim
         self.scale = scale(dim)
         self.index = _codes_index(dim)
@@ -120,7 +130,7 @@ class FlatSlice:
         n = int(self.index.codes.size())
         if n == 0:
             return np.zeros((0, self.code_size), dtype=np.uint8)
-        return faiss.rev_swig_ptr(self.index.codes.data(), n).reshape(-1, self.code_size)
+        return _faiss().rev_swig_ptr(self.index.codes.data(), n).reshape(-1, self.code_size)
 
     def _scaled(self, units: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(np.clip(np.rint(units * self.scale), -128, 127), dtype=np.float32)
@@ -199,7 +209,7 @@ class FlatSlice:
         codes = np.ascontiguousarray(self._codes()[keep]).reshape(-1)
         fresh = _codes_index(self.dim)
         if len(codes):
-            faiss.copy_array_to_vector(codes, fresh.codes)
+            _faiss().copy_array_to_vector(codes, fresh.codes)
         fresh.ntotal = len(keep)
         self.index = fresh
         self.fine = self.fine[keep]
@@ -221,8 +231,9 @@ class FlatSlice:
             if self.erased or allowed is not None:
                 # The bitmap and its selector stay referenced here until the search returns.
                 bitmap = self.live if allowed is None else self._filtered(allowed, n)
-                selector = faiss.IDSelectorBitmap(n, faiss.swig_ptr(bitmap))
-                params = faiss.SearchParameters()
+                fa = _faiss()
+                selector = fa.IDSelectorBitmap(n, fa.swig_ptr(bitmap))
+                params = fa.SearchParameters()
                 params.sel = selector
             q = np.asarray(query, dtype=np.float32).reshape(-1)
             norm = float(np.linalg.norm(q))
@@ -305,8 +316,10 @@ class FlatOwner:
 
 
 def _codes_index(dim: int) -> faiss.IndexScalarQuantizer:
-    return faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_8bit_direct_signed,
-                                      faiss.METRIC_INNER_PRODUCT)
+    fa = _faiss()
+    index: faiss.IndexScalarQuantizer = fa.IndexScalarQuantizer(
+        dim, fa.ScalarQuantizer.QT_8bit_direct_signed, fa.METRIC_INNER_PRODUCT)
+    return index
 
 
 def _grown(arr: np.ndarray, need: int, fill: int) -> np.ndarray:
